@@ -1,0 +1,280 @@
+"""Public entry points: validate -> pick backend -> driver -> result."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from . import validation as v
+from .backends import get_backend
+from .backends.base import default_panel
+from .driver import run_msm
+from .penalties import NonNeg, Zero
+from .result import SolveResult
+from .splitting import DEFAULT_OMEGA, DEFAULT_THETA, make_splitting
+
+
+def solve(
+    A,
+    R,
+    penalty=None,
+    *,
+    omega=DEFAULT_OMEGA,
+    theta=DEFAULT_THETA,
+    x0=None,
+    tol=1e-6,
+    max_iter=1000,
+    time_limit=None,
+    backend="auto",
+    record_objective=True,
+    callback=None,
+    panel=None,
+    check_convergence=True,
+) -> SolveResult:
+    """Minimise F(X) = 1/2 tr(X'AX) + tr(X'R) + sum_ij h(X_ij) by the Matrix Splitting Method.
+
+    Each column of X is an independent problem; all columns are swept together.
+
+    Parameters
+    ----------
+    A : (n, n) array
+        Symmetric positive semidefinite (NumPy or CuPy; integers become float64).
+    R : (n,) or (n, r) array
+        Linear term: one problem, or r problems (one per column).
+    penalty : Penalty, optional
+        Separable h: ``Zero()`` (default; MSM is then Gauss-Seidel/SOR for AX = -R),
+        ``NonNeg()``, ``Box(lb, ub)``, ``L1(lam)``, ``NonNegL1(lam)``, ``L0(lam, lb, ub)``
+        or ``Lp(lam, p)``.
+    omega : float in (0, 2)
+        Relaxation parameter (paper, eq. (4)); 1 is Gauss-Seidel.
+    theta : float >= 0
+        Proximal term added to the diagonal of B; needed when A has zero diagonal entries.
+    x0 : array like R, optional
+        Starting point (zeros by default).  Never modified.
+    tol : float >= 0
+        A column stops when ||x_{k+1} - x_k|| <= tol * max(1, ||x_k||); it is then no
+        longer swept.  ``tol=0`` runs exactly ``max_iter`` iterations.
+    max_iter : int >= 0
+    time_limit : float, optional
+        Stop after this many seconds (checked after every iteration).
+    backend : {"auto", "cpu", "cuda"}
+        "auto": CUDA for CuPy input, CPU otherwise.  NumPy in -> NumPy out, CuPy in ->
+        CuPy out, whatever backend runs.
+    record_objective : bool
+        Keep F after every iteration in ``result.objective`` (costs O(n r) per
+        iteration, no extra product with A).
+    callback : callable, optional
+        ``callback(info)`` after each iteration with an :class:`IterationInfo`
+        (x, fun, n_iter, n_active); returning True or raising StopIteration stops.
+    panel : int, optional
+        Rows per panel of the blocked sweep (default chosen from n).  Changes only the
+        rounding of the result, not the iterates.
+    check_convergence : bool
+        Refuse (omega, theta) for which the paper's theorem does not guarantee
+        convergence (delta <= 0, see ``splitting.convergence_delta``).
+
+    Returns
+    -------
+    SolveResult
+
+    Examples
+    --------
+    >>> import numpy as np, msm_gpu as mg
+    >>> A = np.array([[2.0, 1.0], [1.0, 2.0]]); R = np.array([-1.0, 1.0])
+    >>> res = mg.solve(A, R, mg.NonNeg())
+    >>> np.round(res.x, 6)
+    array([0.5, 0. ])
+    """
+    started = time.perf_counter()
+    penalty = Zero() if penalty is None else v.check_penalty(penalty)
+    v.check_square_symmetric(A, "A")
+    v.check_rhs(R, A.shape[0], "R")
+    v.check_x0(x0, R.shape)
+    be = get_backend(backend, A, R, x0)
+    dtype = v.working_dtype(A, R, x0)
+    a = be.asarray(A, dtype)
+    a = 0.5 * (a + a.T)  # exact symmetry for the folded sweep (A was checked symmetric)
+    options = {
+        "omega": omega,
+        "theta": theta,
+        "tol": tol,
+        "max_iter": max_iter,
+        "time_limit": time_limit,
+        "record_objective": record_objective,
+        "callback": callback,
+        "panel": panel,
+        "check_convergence": check_convergence,
+    }
+    return _solve_on_backend(
+        be, a, be.asarray(R, dtype), x0, R, penalty, started, constant=0.0, **options
+    )
+
+
+def _solve_on_backend(be, a, r, x0, user_like, penalty, started, *, constant, **options):
+    """Validate the options and run MSM on backend arrays ``a`` (n x n) and ``r``."""
+    unknown = set(options) - set(_OPTION_NAMES)
+    if unknown:
+        raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
+    opts = _check_options(a.shape[0], **options)
+    one_problem = r.ndim == 1
+    if one_problem:
+        r = r[:, None]
+    if x0 is None:
+        x_init = be.xp.zeros_like(r)
+    else:
+        x_init = be.xp.reshape(be.asarray(x0, r.dtype), r.shape)
+    splitting = make_splitting(
+        np.asarray(_host(be.xp.diagonal(a)), dtype=np.float64),
+        opts["omega"],
+        opts["theta"],
+        penalty.is_convex,
+        check=opts["check_convergence"],
+    )
+
+    def to_user(x):
+        return be.to_user(x[:, 0] if one_problem else x, user_like)
+
+    out = run_msm(
+        be,
+        a,
+        r,
+        x_init,
+        penalty,
+        splitting,
+        tol=opts["tol"],
+        max_iter=opts["max_iter"],
+        time_limit=opts["time_limit"],
+        record_objective=opts["record_objective"],
+        callback=opts["callback"],
+        panel=opts["panel"],
+        to_user=to_user,
+        start_time=started,
+    )
+    return SolveResult(
+        x=to_user(out["x"]),
+        fun=out["fun"] + constant,
+        n_iter=out["n_iter"],
+        converged=bool(out["converged_columns"].all()),
+        message=out["message"],
+        objective=out["objective"] + constant,
+        backend=be.name,
+        time=time.perf_counter() - started,
+        method="msm",
+        converged_columns=out["converged_columns"],
+        n_iter_columns=out["n_iter_columns"],
+        timings=out["timings"],
+        info={
+            "omega": opts["omega"],
+            "theta": opts["theta"],
+            "delta": splitting.delta,
+            "panel": opts["panel"],
+        },
+    )
+
+
+_OPTION_NAMES = (
+    "omega",
+    "theta",
+    "tol",
+    "max_iter",
+    "time_limit",
+    "record_objective",
+    "callback",
+    "panel",
+    "check_convergence",
+)
+
+
+def _check_options(
+    n,
+    *,
+    omega=DEFAULT_OMEGA,
+    theta=DEFAULT_THETA,
+    tol=1e-6,
+    max_iter=1000,
+    time_limit=None,
+    record_objective=True,
+    callback=None,
+    panel=None,
+    check_convergence=True,
+):
+    return {
+        "omega": v.check_real(omega, "omega", low=0.0, high=2.0, low_open=True, high_open=True),
+        "theta": v.check_real(theta, "theta", low=0.0),
+        "tol": v.check_real(tol, "tol", low=0.0),
+        "max_iter": v.check_int(max_iter, "max_iter", low=0),
+        "time_limit": v.check_time_limit(time_limit),
+        "record_objective": bool(record_objective),
+        "callback": v.check_callback(callback),
+        "panel": min(default_panel(n) if panel is None else v.check_int(panel, "panel", low=1), n),
+        "check_convergence": bool(check_convergence),
+    }
+
+
+def least_squares(C, D, penalty=None, *, x0=None, backend="auto", **options) -> SolveResult:
+    """Minimise 1/2 ||C X - D||_F^2 + sum_ij h(X_ij) by MSM (A = C'C, R = -C'D).
+
+    Parameters
+    ----------
+    C : (m, n) array
+    D : (m,) or (m, r) array
+        One right-hand side or r of them (one problem per column).
+    penalty : Penalty, optional
+        Default ``Zero()`` (plain least squares).
+    x0, backend, **options
+        As in :func:`solve`.
+
+    Returns
+    -------
+    SolveResult
+        ``fun`` and ``objective`` are the least-squares objective, the constant
+        1/2 ||D||^2 included.
+    """
+    started = time.perf_counter()
+    penalty = Zero() if penalty is None else v.check_penalty(penalty)
+    v.check_array(C, "C", ndims=(2,))
+    v.check_array(D, "D")
+    if D.shape[0] != C.shape[0]:
+        raise ValueError(
+            f"D must have {C.shape[0]} rows to match C {tuple(C.shape)}, got shape {D.shape}"
+        )
+    x0_shape = (C.shape[1],) + tuple(D.shape[1:])
+    v.check_x0(x0, x0_shape)
+    be = get_backend(backend, C, D, x0)
+    dtype = v.working_dtype(C, D, x0)
+    xp = be.xp
+    c = be.asarray(C, dtype)
+    d = be.asarray(D, dtype)
+    constant = 0.5 * float(xp.sum(xp.astype(d, xp.float64) ** 2))
+    return _solve_on_backend(
+        be,
+        xp.matmul(c.T, c),
+        -xp.matmul(c.T, d),
+        x0,
+        D,
+        penalty,
+        started,
+        constant=constant,
+        **options,
+    )
+
+
+def nnls(C, D, **kwargs) -> SolveResult:
+    """Nonnegative least squares min_{X >= 0} 1/2 ||C X - D||_F^2 by MSM.
+
+    Same as ``least_squares(C, D, NonNeg(), **kwargs)``; D may hold r right-hand sides
+    as columns, solved together.  Keywords as in :func:`solve`.
+
+    Examples
+    --------
+    >>> import numpy as np, msm_gpu as mg
+    >>> C = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]); d = np.array([1.0, -1.0, 0.0])
+    >>> np.round(mg.nnls(C, d).x, 6)
+    array([0.5, 0. ])
+    """
+    return least_squares(C, D, NonNeg(), **kwargs)
+
+
+def _host(x):
+    return x.get() if hasattr(x, "get") else x

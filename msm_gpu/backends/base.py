@@ -1,0 +1,101 @@
+"""What the MSM driver needs from a backend.
+
+A backend turns a validated problem into a :class:`SweepState`, an object that owns the
+iterate in whatever layout suits the hardware and performs whole MSM iterations on the
+*active* columns.  The driver (``msm_gpu/driver.py``) only sees per-column statistics,
+so stopping rules, objective bookkeeping and history are written once for every backend.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+#: Rows of the per-column statistics returned by :meth:`SweepState.sweep`.
+STAT_QUAD, STAT_HZ, STAT_DIFF2, STAT_XNORM2 = 0, 1, 2, 3
+N_STATS = 4
+
+
+def fold_matrix(a, c_diag, panel):
+    """The folded matrix of DESIGN.md section 3 (a NumPy/CuPy copy, input untouched).
+
+    The strictly lower part of every diagonal ``panel x panel`` block is zeroed and the
+    diagonal is replaced by C_jj, so that for a panel P the single product
+    ``afold[P, :] @ Y`` (Y: rows before P already new, rows from P on old) gives
+    ``sum_{i<P} A_ji Z_i + sum_{i>j} A_ji X_i + C_jj X_j`` except the in-panel
+    lower terms, which the sweep adds row by row (read as ``afold[j, i]``, i > j).
+    """
+    from array_api_compat import array_namespace
+
+    xp = array_namespace(a)
+    n = a.shape[0]
+    folded = xp.asarray(a, copy=True)
+    rows = xp.arange(n)
+    block = rows // panel
+    same_block_lower = (block[:, None] == block[None, :]) & (rows[:, None] > rows[None, :])
+    folded = xp.where(same_block_lower, xp.zeros_like(folded), folded)
+    diag = xp.asarray(c_diag, dtype=folded.dtype)
+    folded = xp.where(rows[:, None] == rows[None, :], diag[None, :], folded)
+    return folded
+
+
+def default_panel(n: int) -> int:
+    """Rows per panel T: measured best 32-64 for n ~ 200-256, 128 for n ~ 1000."""
+    if n <= 128:
+        return n
+    if n <= 512:
+        return 64
+    return 128
+
+
+class SweepState(ABC):
+    """Iterate of an MSM run, held by a backend in its own layout.
+
+    Columns are identified by their position in the user's R (0..r-1).  ``active``
+    lists the columns still being swept, in increasing order.
+    """
+
+    active: np.ndarray
+
+    @abstractmethod
+    def sweep(self):
+        """Run one MSM iteration on the active columns.
+
+        Returns
+        -------
+        stats : array (N_STATS, n_active), float64, backend namespace
+            Per active column: STAT_QUAD, STAT_HZ, STAT_DIFF2, STAT_XNORM2 (see
+            ``cpu_kernels.sweep_chunks``).
+        """
+
+    @abstractmethod
+    def retire(self, keep):
+        """Stop sweeping the active columns where ``keep`` (bool, n_active) is False."""
+
+    @abstractmethod
+    def current_x(self):
+        """The whole n x r iterate (a new array in the backend namespace)."""
+
+
+class Backend(ABC):
+    """A place where MSM runs: CPU (NumPy + Numba) or CUDA (CuPy + RawKernel)."""
+
+    name: str
+
+    @property
+    @abstractmethod
+    def xp(self):
+        """The array namespace (array_api_compat) of this backend."""
+
+    @abstractmethod
+    def asarray(self, x, dtype):
+        """Move/convert ``x`` to this backend with ``dtype`` (a copy, never a view)."""
+
+    @abstractmethod
+    def to_user(self, x, like):
+        """Convert a backend array to the array type of the user's input ``like``."""
+
+    @abstractmethod
+    def start(self, a, r, x0, splitting, table, code, panel) -> SweepState:
+        """Create the sweep state for A (n x n), R and X0 (n x r, backend arrays)."""
