@@ -31,6 +31,7 @@ def solve(
     callback=None,
     panel=None,
     check_convergence=True,
+    method="msm",
 ) -> SolveResult:
     """Minimise F(X) = 1/2 tr(X'AX) + tr(X'R) + sum_ij h(X_ij) by the Matrix Splitting Method.
 
@@ -73,6 +74,11 @@ def solve(
     check_convergence : bool
         Refuse (omega, theta) for which the paper's theorem does not guarantee
         convergence (delta <= 0, see ``splitting.convergence_delta``).
+    method : {"msm", "pgm", "pgm_ls", "apg", "apg_ls"}
+        "msm" (default) or one of the paper's comparators (``msm_gpu.baselines``):
+        proximal gradient with constant step 1/L or backtracking line search, and
+        FISTA with constant step or backtracking.  omega, theta, panel and
+        check_convergence only apply to MSM.
 
     Returns
     -------
@@ -105,6 +111,7 @@ def solve(
         "callback": callback,
         "panel": panel,
         "check_convergence": check_convergence,
+        "method": method,
     }
     return _solve_on_backend(
         be, a, be.asarray(R, dtype), x0, R, penalty, started, constant=0.0, **options
@@ -124,33 +131,39 @@ def _solve_on_backend(be, a, r, x0, user_like, penalty, started, *, constant, **
         x_init = be.xp.zeros_like(r)
     else:
         x_init = be.xp.reshape(be.asarray(x0, r.dtype), r.shape)
-    splitting = make_splitting(
-        np.asarray(_host(be.xp.diagonal(a)), dtype=np.float64),
-        opts["omega"],
-        opts["theta"],
-        penalty.is_convex,
-        check=opts["check_convergence"],
-    )
 
     def to_user(x):
         return be.to_user(x[:, 0] if one_problem else x, user_like)
 
-    out = run_msm(
-        be,
-        a,
-        r,
-        x_init,
-        penalty,
-        splitting,
-        tol=opts["tol"],
-        max_iter=opts["max_iter"],
-        time_limit=opts["time_limit"],
-        record_objective=opts["record_objective"],
-        callback=opts["callback"],
-        panel=opts["panel"],
-        to_user=to_user,
-        start_time=started,
-    )
+    loop_options = {
+        "tol": opts["tol"],
+        "max_iter": opts["max_iter"],
+        "time_limit": opts["time_limit"],
+        "record_objective": opts["record_objective"],
+        "callback": opts["callback"],
+        "to_user": to_user,
+        "start_time": started,
+    }
+    if opts["method"] == "msm":
+        splitting = make_splitting(
+            np.asarray(_host(be.xp.diagonal(a)), dtype=np.float64),
+            opts["omega"],
+            opts["theta"],
+            penalty.is_convex,
+            check=opts["check_convergence"],
+        )
+        out = run_msm(be, a, r, x_init, penalty, splitting, panel=opts["panel"], **loop_options)
+        info = {
+            "omega": opts["omega"],
+            "theta": opts["theta"],
+            "delta": splitting.delta,
+            "panel": opts["panel"],
+        }
+    else:
+        from .baselines import run_baseline
+
+        out = run_baseline(opts["method"], be, a, r, x_init, penalty, **loop_options)
+        info = dict(out.get("info", {}))
     return SolveResult(
         x=to_user(out["x"]),
         fun=out["fun"] + constant,
@@ -160,16 +173,11 @@ def _solve_on_backend(be, a, r, x0, user_like, penalty, started, *, constant, **
         objective=out["objective"] + constant,
         backend=be.name,
         time=time.perf_counter() - started,
-        method="msm",
+        method=opts["method"],
         converged_columns=out["converged_columns"],
         n_iter_columns=out["n_iter_columns"],
         timings=out["timings"],
-        info={
-            "omega": opts["omega"],
-            "theta": opts["theta"],
-            "delta": splitting.delta,
-            "panel": opts["panel"],
-        },
+        info=info,
     )
 
 
@@ -183,7 +191,10 @@ _OPTION_NAMES = (
     "callback",
     "panel",
     "check_convergence",
+    "method",
 )
+
+METHODS = ("msm", "pgm", "pgm_ls", "apg", "apg_ls")
 
 
 def _check_options(
@@ -198,8 +209,12 @@ def _check_options(
     callback=None,
     panel=None,
     check_convergence=True,
+    method="msm",
 ):
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}, got {method!r}")
     return {
+        "method": method,
         "omega": v.check_real(omega, "omega", low=0.0, high=2.0, low_open=True, high_open=True),
         "theta": v.check_real(theta, "theta", low=0.0),
         "tol": v.check_real(tol, "tol", low=0.0),

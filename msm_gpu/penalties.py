@@ -298,10 +298,14 @@ def _lp_prox(xp, a, mu, p):
         c = 2.0 * safe_mu / 3.0
         z = (3.0 * mag * mag / (16.0 * c)) * xp.sqrt(3.0 / c)
         big = z > 1.0
-        y = 2.0 * xp.sqrt(c / 3.0) * xp.where(
-            big,
-            xp.cosh(xp.acosh(xp.maximum(z, xp.ones_like(z))) / 3.0),
-            xp.cos(xp.acos(xp.clip(z, -1.0, 1.0)) / 3.0),
+        y = (
+            2.0
+            * xp.sqrt(c / 3.0)
+            * xp.where(
+                big,
+                xp.cosh(xp.acosh(xp.maximum(z, xp.ones_like(z))) / 3.0),
+                xp.cos(xp.acos(xp.clip(z, -1.0, 1.0)) / 3.0),
+            )
         )
         phi = xp.sqrt(2.0 * y)
         safe_phi = xp.where(phi > 0, phi, xp.ones_like(phi))

@@ -14,7 +14,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from ..penalties import CODE_BOX, CODE_L0, CODE_L1, CODE_LP
+from ..penalties import CODE_BOX, CODE_L0, CODE_L1
 
 
 @njit(cache=True, inline="always")
