@@ -285,10 +285,11 @@ def _lp_prox(xp, a, mu, p):
     mu = mu + xp.zeros_like(a)
     safe_mu = xp.where(mu > 0, mu, xp.ones_like(mu))
     if p == 0.5:
-        # s = 2 sqrt(a/3) cos(1/3 arccos(-(3 mu / (4 a)) sqrt(3 / a)))
-        safe_mag = xp.where(mag > 0, mag, xp.ones_like(mag))
+        # s = 2 sqrt(a/3) cos(1/3 arccos(-(3 mu / (4 a)) sqrt(3 / a))); a real root
+        # s > 0 exists iff the arccos argument is >= -1, i.e. 16 a^3 >= 27 mu^2
+        real = 16.0 * mag * mag * mag >= 27.0 * safe_mu * safe_mu
+        safe_mag = xp.where(real, mag, xp.ones_like(mag))
         z = -(3.0 * safe_mu / (4.0 * safe_mag)) * xp.sqrt(3.0 / safe_mag)
-        real = (z >= -1.0) & (mag > 0)
         zc = xp.clip(z, -1.0, 1.0)
         s = 2.0 * xp.sqrt(safe_mag / 3.0) * xp.cos(xp.acos(zc) / 3.0)
         t = s * s

@@ -12,6 +12,48 @@ CHUNK_COLUMNS = 256
 MIN_CHUNK_COLUMNS = 16
 
 
+_NUMBA_BLAS = None
+
+
+def _numba_blas_controllers():
+    """threadpoolctl controllers of the BLAS that Numba's np.dot calls (SciPy's).
+
+    Numba calls BLAS through ``scipy.linalg.cython_blas``; NumPy may ship its own
+    copy.  Only SciPy's copy is made serial during a sweep, so NumPy's threaded GEMM
+    (used by the user and by the driver's objective) keeps its threads.  Found once.
+    """
+    global _NUMBA_BLAS
+    if _NUMBA_BLAS is None:
+        import os
+
+        import scipy
+        import scipy.linalg.cython_blas  # noqa: F401  (loads the library)
+        from threadpoolctl import ThreadpoolController
+
+        blas = [c for c in ThreadpoolController().lib_controllers if c.user_api == "blas"]
+        scipy_root = os.path.dirname(os.path.dirname(scipy.__file__))
+        own = [c for c in blas if "scipy" in os.path.relpath(c.filepath, scipy_root)]
+        _NUMBA_BLAS = own or blas
+    return _NUMBA_BLAS
+
+
+class serial_numba_blas:
+    """Context manager: Numba's BLAS runs on one thread inside, as before outside."""
+
+    def __enter__(self):
+        self._saved = [(c, c.num_threads) for c in _numba_blas_controllers()]
+        for c, threads in self._saved:
+            if threads != 1:
+                c.set_num_threads(1)
+        return self
+
+    def __exit__(self, *exc):
+        for c, threads in self._saved:
+            if threads != 1:
+                c.set_num_threads(threads)
+        return False
+
+
 def chunk_width(n_cols: int, n_threads: int) -> int:
     """Columns per chunk: at most CHUNK_COLUMNS, and enough chunks to feed every thread."""
     n_chunks = max(-(-n_cols // CHUNK_COLUMNS), 1)
@@ -64,14 +106,13 @@ class CpuSweepState(SweepState):
             x[:, sel] = self._y[k, :, : len(sel)]
 
     def sweep(self):
-        from threadpoolctl import threadpool_limits
+        from .cpu_kernels import sweep_chunks_parallel, sweep_chunks_serial
 
-        from .cpu_kernels import sweep_chunks
-
+        kernel = sweep_chunks_parallel if self._y.shape[0] > 1 else sweep_chunks_serial
         # Each Numba thread calls BLAS on its own chunk: BLAS itself must stay serial,
         # or the two thread pools fight (DESIGN.md section 3).
-        with threadpool_limits(limits=1, user_api="blas"):
-            sweep_chunks(
+        with serial_numba_blas():
+            kernel(
                 self._afold,
                 self._b_diag,
                 self._code,

@@ -69,8 +69,7 @@ def prox_scalar(code, w, b, lam, lb, ub, p):
     return (t if a > 0.0 else -t), lam * tp
 
 
-@njit(cache=True, parallel=True, fastmath=False)
-def sweep_chunks(afold, b_diag, code, params, r_chunks, y_chunks, ncols, panel, stats):
+def _sweep_chunks(afold, b_diag, code, params, r_chunks, y_chunks, ncols, panel, stats):
     """One MSM iteration (paper, Algorithm 2) on every column chunk, in place.
 
     Parameters
@@ -134,3 +133,9 @@ def sweep_chunks(afold, b_diag, code, params, r_chunks, y_chunks, ncols, panel, 
                         wi = work[i - p0]
                         for col in range(nc):
                             wi[col] += a_ij * yrow[col]
+
+
+#: The sweep with one thread per chunk (prange) and without (one chunk: no thread start).
+sweep_chunks_parallel = njit(cache=True, parallel=True)(_sweep_chunks)
+sweep_chunks_serial = njit(cache=True)(_sweep_chunks)
+sweep_chunks = sweep_chunks_parallel
