@@ -69,6 +69,7 @@ def run_msm(
     history = []
     if record_objective:
         f_cols, h_cols = column_objectives(xp, a, r, x0, penalty)
+        anchored = bool(xp.all(xp.isfinite(f_cols)))
         history.append(float(xp.sum(f_cols)))
 
     message = f"reached max_iter = {max_iter}"
@@ -80,14 +81,14 @@ def run_msm(
         n_iter_cols[active] += 1
 
         if record_objective:
-            f_cols[active] += stats[STAT_QUAD] + stats[STAT_HZ] - h_cols[active]
-            h_cols[active] = stats[STAT_HZ]
-            total = float(xp.sum(f_cols))
-            if not math.isfinite(total):
-                # X_0 was outside dom h (F = inf); re-anchor on the new, feasible iterate
+            if anchored:
+                f_cols[active] += stats[STAT_QUAD] + stats[STAT_HZ] - h_cols[active]
+                h_cols[active] = stats[STAT_HZ]
+            else:
+                # X_0 was outside dom h (F = inf): anchor on the new, feasible iterate
                 f_cols, h_cols = column_objectives(xp, a, r, state.current_x(), penalty)
-                total = float(xp.sum(f_cols))
-            history.append(total)
+                anchored = bool(xp.all(xp.isfinite(f_cols)))
+            history.append(float(xp.sum(f_cols)))
 
         if tol > 0:
             step = xp.sqrt(stats[STAT_DIFF2])
