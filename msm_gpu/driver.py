@@ -17,7 +17,6 @@ computed directly (one product with A each).
 
 from __future__ import annotations
 
-import math
 import time
 
 import numpy as np
