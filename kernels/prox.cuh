@@ -1,0 +1,150 @@
+// Device prox of the separable penalties (msm_gpu/penalties.py) and the portability
+// macros shared by the MSM kernels.
+//
+// Every row update of an MSM sweep solves the scalar problem
+//
+//     t* = argmin_t  1/2 b t^2 + w t + h(t),        b > 0,
+//
+// for a penalty given by an integer code and the per-row table [lam, lb, ub, p].
+// msm_prox() reproduces cpu_kernels.prox_scalar line by line: the same branches, the
+// same order of operations and the same tie rules (a tie between 0 and a nonzero point
+// returns 0).  Arithmetic is done in T (float or double), as the kernel stores.
+//
+// This header compiles three ways: nvcc, NVRTC (no host headers needed: the CUDA math
+// functions are built in) and g++ with tests/cuda_emu/cuda_emu.hpp included first.
+#pragma once
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+// Dynamic shared memory, one untyped buffer per block, viewed as `type*`.  Declared as
+// unsigned char so that several template instantiations can share the one extern array.
+#define MSM_DYNAMIC_SHARED(type, name)                                  \
+    extern __shared__ __align__(16) unsigned char msm_dynamic_smem_[]; \
+    type* name = reinterpret_cast<type*>(msm_dynamic_smem_)
+#else
+// CPU emulator (tests/cuda_emu/cuda_emu.hpp): the launcher owns one buffer per block.
+#define MSM_DYNAMIC_SHARED(type, name) \
+    type* name = reinterpret_cast<type*>(cuda_emu::dynamic_shared_memory())
+#endif
+
+// Penalty codes: keep in sync with msm_gpu/penalties.py.
+#define MSM_CODE_BOX 0
+#define MSM_CODE_L1 1
+#define MSM_CODE_L0 2
+#define MSM_CODE_LP 3
+
+// --- math overloads: one name per function for float and double ----------------------
+__device__ __forceinline__ float msm_sqrt(float v) { return sqrtf(v); }
+__device__ __forceinline__ double msm_sqrt(double v) { return sqrt(v); }
+__device__ __forceinline__ float msm_cos(float v) { return cosf(v); }
+__device__ __forceinline__ double msm_cos(double v) { return cos(v); }
+__device__ __forceinline__ float msm_acos(float v) { return acosf(v); }
+__device__ __forceinline__ double msm_acos(double v) { return acos(v); }
+__device__ __forceinline__ float msm_cosh(float v) { return coshf(v); }
+__device__ __forceinline__ double msm_cosh(double v) { return cosh(v); }
+__device__ __forceinline__ float msm_acosh(float v) { return acoshf(v); }
+__device__ __forceinline__ double msm_acosh(double v) { return acosh(v); }
+__device__ __forceinline__ float msm_abs(float v) { return fabsf(v); }
+__device__ __forceinline__ double msm_abs(double v) { return fabs(v); }
+
+// Python's min(max(a, lb), ub) for non-NaN values (max returns lb only if lb > a).
+template <typename T>
+__device__ __forceinline__ T msm_clip(T a, T lb, T ub)
+{
+    const T t = (lb > a) ? lb : a;
+    return (ub < t) ? ub : t;
+}
+
+// argmin_t 1/2 (t - a)^2 + mu |t|^p for p = 1/2 or 2/3, mu > 0, mag = |a| > 0
+// (penalties._lp_prox).  Returns t >= 0 (the magnitude) and tp = t^p; t = 0 means zero.
+template <typename T>
+__device__ __forceinline__ void msm_lp_magnitude(T mag, T mu, T p, T& t, T& tp)
+{
+    t = T(0);
+    tp = T(0);
+    T s;
+    if (p == T(0.5)) {
+        // s = sqrt(t) solves s^3 - a s + mu/2 = 0 (trigonometric root)
+        const T z = -(T(3.0) * mu / (T(4.0) * mag)) * msm_sqrt(T(3.0) / mag);
+        if (z < T(-1.0)) return;
+        s = T(2.0) * msm_sqrt(mag / T(3.0)) * msm_cos(msm_acos(z) / T(3.0));
+        t = s * s;
+        tp = s;
+    } else {
+        // s = t^(1/3) solves s^4 - a s + 2 mu/3 = 0 (Ferrari via the resolvent cubic)
+        const T cc = T(2.0) * mu / T(3.0);
+        const T z = (T(3.0) * mag * mag / (T(16.0) * cc)) * msm_sqrt(T(3.0) / cc);
+        T y;
+        if (z > T(1.0)) {
+            y = T(2.0) * msm_sqrt(cc / T(3.0)) * msm_cosh(msm_acosh(z) / T(3.0));
+        } else {
+            y = T(2.0) * msm_sqrt(cc / T(3.0)) * msm_cos(msm_acos(z) / T(3.0));
+        }
+        const T phi = msm_sqrt(T(2.0) * y);
+        const T disc = T(2.0) * mag / phi - phi * phi;
+        if (disc < T(0.0)) return;
+        s = T(0.5) * (phi + msm_sqrt(disc));
+        t = s * s * s;
+        tp = s * s;
+    }
+    // keep t only if f(t) - f(0) = 1/2 t^2 - |a| t + mu t^p < 0 (tie -> 0)
+    if (T(0.5) * t * t - mag * t + mu * tp >= T(0.0)) {
+        t = T(0);
+        tp = T(0);
+    }
+}
+
+// (z, hz) = (argmin_t 1/2 b t^2 + w t + h(t), h(z)) for penalty `code` (prox_scalar).
+template <typename T>
+__device__ __forceinline__ void msm_prox(int code, T w, T b, T lam, T lb, T ub, T p,
+                                         T& z, T& hz)
+{
+    const T a = -w / b;
+    if (code == MSM_CODE_BOX) {
+        z = msm_clip(a, lb, ub);
+        hz = T(0);
+        return;
+    }
+    if (code == MSM_CODE_L1) {
+        const T mag = msm_abs(a) - lam / b;
+        T t = T(0);
+        if (mag > T(0)) t = (a > T(0)) ? mag : -mag;
+        z = msm_clip(t, lb, ub);
+        hz = lam * msm_abs(z);
+        return;
+    }
+    if (code == MSM_CODE_L0) {
+        const T c = msm_clip(a, lb, ub);
+        if (lb <= T(0) && ub >= T(0)) {
+            if (T(0.5) * b * c * c + w * c + lam >= T(0)) {  // tie -> 0
+                z = T(0);
+                hz = T(0);
+                return;
+            }
+        }
+        z = c;
+        hz = (c != T(0)) ? lam : T(0);
+        return;
+    }
+    // MSM_CODE_LP
+    const T mu = lam / b;
+    const T mag = msm_abs(a);
+    if (mu <= T(0)) {
+        z = a;
+        hz = T(0);
+        return;
+    }
+    if (mag <= T(0)) {
+        z = T(0);
+        hz = T(0);
+        return;
+    }
+    T t, tp;
+    msm_lp_magnitude(mag, mu, p, t, tp);
+    if (t == T(0)) {
+        z = T(0);
+        hz = T(0);
+        return;
+    }
+    z = (a > T(0)) ? t : -t;
+    hz = lam * tp;
+}
