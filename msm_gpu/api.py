@@ -9,6 +9,8 @@ import numpy as np
 from . import validation as v
 from .backends import get_backend
 from .backends.base import default_panel
+from .baselines import METHODS as BASELINE_METHODS
+from .baselines import run_baseline
 from .driver import run_msm
 from .penalties import NonNeg, Zero
 from .result import SolveResult
@@ -78,7 +80,9 @@ def solve(
         "msm" (default) or one of the paper's comparators (``msm_gpu.baselines``):
         proximal gradient with constant step 1/L or backtracking line search, and
         FISTA with constant step or backtracking.  omega, theta, panel and
-        check_convergence only apply to MSM.
+        check_convergence only apply to MSM.  FISTA ("apg", "apg_ls") is not monotone
+        and has no convergence guarantee for the nonconvex L0/Lp; it is kept as the
+        paper's comparator.
 
     Returns
     -------
@@ -160,8 +164,6 @@ def _solve_on_backend(be, a, r, x0, user_like, penalty, started, *, constant, **
             "panel": opts["panel"],
         }
     else:
-        from .baselines import run_baseline
-
         out = run_baseline(opts["method"], be, a, r, x_init, penalty, **loop_options)
         info = dict(out.get("info", {}))
     return SolveResult(
@@ -194,7 +196,7 @@ _OPTION_NAMES = (
     "method",
 )
 
-METHODS = ("msm", "pgm", "pgm_ls", "apg", "apg_ls")
+METHODS = ("msm",) + BASELINE_METHODS
 
 
 def _check_options(

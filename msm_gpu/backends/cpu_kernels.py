@@ -69,29 +69,6 @@ def prox_scalar(code, w, b, lam, lb, ub, p):
     return (t if a > 0.0 else -t), lam * tp
 
 
-@njit(cache=True)
-def _prox_row(code, wrow, z_out, h_out, nc, b, lam, lb, ub, p):
-    """z_out[c], h_out[c] = prox_scalar(code, wrow[c], ...) for c < nc.
-
-    The branch on the penalty is taken once per row, so the convex cases compile to
-    straight (vectorisable) loops.
-    """
-    if code == CODE_BOX:
-        for col in range(nc):
-            z_out[col] = min(max(-wrow[col] / b, lb), ub)
-            h_out[col] = 0.0
-    elif code == CODE_L0 and lb <= 0.0 and ub >= 0.0:
-        for col in range(nc):
-            w = wrow[col]
-            c = min(max(-w / b, lb), ub)
-            keep = 0.5 * b * c * c + w * c + lam < 0.0  # strict: tie -> 0
-            z_out[col] = c if keep else 0.0
-            h_out[col] = lam if keep and c != 0.0 else 0.0
-    else:
-        for col in range(nc):
-            z_out[col], h_out[col] = prox_scalar(code, wrow[col], b, lam, lb, ub, p)
-
-
 def _sweep_chunks(afold, b_diag, code, params, r_chunks, y_chunks, ncols, panel, stats):
     """One MSM iteration (paper, Algorithm 2) on every column chunk, in place.
 
@@ -125,8 +102,6 @@ def _sweep_chunks(afold, b_diag, code, params, r_chunks, y_chunks, ncols, panel,
         nc = ncols[k]
         st[:, :] = 0.0
         work = np.empty((panel, width), dtype=y.dtype)
-        znew = np.empty(width, dtype=y.dtype)
-        hnew = np.empty(width, dtype=np.float64)
         for p0 in range(0, n, panel):
             p1 = min(p0 + panel, n)
             m = p1 - p0
@@ -141,18 +116,15 @@ def _sweep_chunks(afold, b_diag, code, params, r_chunks, y_chunks, ncols, panel,
                 lb = params[j, 1]
                 ub = params[j, 2]
                 pexp = params[j, 3]
-                for col in range(nc):
-                    wrow[col] += rrow[col]
-                _prox_row(code, wrow, znew, hnew, nc, b, lam, lb, ub, pexp)
                 half_b = 0.5 * b
                 half_c = 0.5 * cjj
                 for col in range(nc):
-                    w = wrow[col]
+                    w = wrow[col] + rrow[col]
                     x = yrow[col]
-                    z = znew[col]
+                    z, hz = prox_scalar(code, w, b, lam, lb, ub, pexp)
                     d = z - x
                     st[0, col] += half_b * (z * z - x * x) + w * d + half_c * d * d
-                    st[1, col] += hnew[col]
+                    st[1, col] += hz
                     st[2, col] += d * d
                     st[3, col] += x * x
                     yrow[col] = z
