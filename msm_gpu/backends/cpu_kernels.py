@@ -69,6 +69,33 @@ def prox_scalar(code, w, b, lam, lb, ub, p):
     return (t if a > 0.0 else -t), lam * tp
 
 
+#: Rows of the sub-panels inside a panel: the in-panel lower terms between sub-panels
+#: go through small GEMMs, only the SUB_PANEL x SUB_PANEL triangles are row updates.
+SUB_PANEL = 8
+
+
+@njit(cache=True, inline="always")
+def _solve_row(code, j, wrow, yrow, rrow, b_diag, afold, params, st, nc):
+    """z_j = prox(w_j) for every column; accumulate the statistics; y_j <- z_j."""
+    b = b_diag[j]
+    lam = params[j, 0]
+    lb = params[j, 1]
+    ub = params[j, 2]
+    pexp = params[j, 3]
+    half_b = 0.5 * b
+    half_c = 0.5 * afold[j, j]  # C_jj
+    for col in range(nc):
+        w = wrow[col] + rrow[col]
+        x = yrow[col]
+        z, hz = prox_scalar(code, w, b, lam, lb, ub, pexp)
+        d = z - x
+        st[0, col] += half_b * (z * z - x * x) + w * d + half_c * d * d
+        st[1, col] += hz
+        st[2, col] += d * d
+        st[3, col] += x * x
+        yrow[col] = z
+
+
 def _sweep_chunks(afold, b_diag, code, params, r_chunks, y_chunks, ncols, panel, stats):
     """One MSM iteration (paper, Algorithm 2) on every column chunk, in place.
 
@@ -102,39 +129,40 @@ def _sweep_chunks(afold, b_diag, code, params, r_chunks, y_chunks, ncols, panel,
         nc = ncols[k]
         st[:, :] = 0.0
         work = np.empty((panel, width), dtype=y.dtype)
+        a_buf = np.empty(SUB_PANEL * panel, dtype=y.dtype)
+        t_buf = np.empty(SUB_PANEL * width, dtype=y.dtype)
         for p0 in range(0, n, panel):
             p1 = min(p0 + panel, n)
             m = p1 - p0
             np.dot(afold[p0:p1], y, work[:m])
-            for j in range(p0, p1):
-                wrow = work[j - p0]
-                yrow = y[j]
-                rrow = r[j]
-                b = b_diag[j]
-                cjj = afold[j, j]
-                lam = params[j, 0]
-                lb = params[j, 1]
-                ub = params[j, 2]
-                pexp = params[j, 3]
-                half_b = 0.5 * b
-                half_c = 0.5 * cjj
-                for col in range(nc):
-                    w = wrow[col] + rrow[col]
-                    x = yrow[col]
-                    z, hz = prox_scalar(code, w, b, lam, lb, ub, pexp)
-                    d = z - x
-                    st[0, col] += half_b * (z * z - x * x) + w * d + half_c * d * d
-                    st[1, col] += hz
-                    st[2, col] += d * d
-                    st[3, col] += x * x
-                    yrow[col] = z
-                # right-looking in-panel update: rows i > j of the panel get A_ij z_j
-                for i in range(j + 1, p1):
-                    a_ij = afold[j, i]
-                    if a_ij != 0.0:
-                        wi = work[i - p0]
+            for s0 in range(p0, p1, SUB_PANEL):
+                s1 = min(s0 + SUB_PANEL, p1)
+                ms = s1 - s0
+                k = s0 - p0
+                if k > 0:
+                    # left-looking: the rows of this sub-panel get A[S, p0:s0] @ Z[p0:s0]
+                    # as one small GEMM (A[i, j] = afold[j, i] for j < i in the panel)
+                    a_sub = a_buf[: ms * k].reshape(ms, k)
+                    for ii in range(ms):
+                        for jj in range(k):
+                            a_sub[ii, jj] = afold[p0 + jj, s0 + ii]
+                    t_sub = t_buf[: ms * width].reshape(ms, width)
+                    np.dot(a_sub, y[p0:s0], t_sub)
+                    for ii in range(ms):
+                        wi = work[k + ii]
+                        ti = t_sub[ii]
                         for col in range(nc):
-                            wi[col] += a_ij * yrow[col]
+                            wi[col] += ti[col]
+                for j in range(s0, s1):
+                    _solve_row(code, j, work[j - p0], y[j], r[j], b_diag, afold, params, st, nc)
+                    # right-looking inside the sub-panel: rows i > j get A_ij z_j
+                    yrow = y[j]
+                    for i in range(j + 1, s1):
+                        a_ij = afold[j, i]
+                        if a_ij != 0.0:
+                            wi = work[i - p0]
+                            for col in range(nc):
+                                wi[col] += a_ij * yrow[col]
 
 
 #: The sweep with one thread per chunk (prange) and without (one chunk: no thread start).
