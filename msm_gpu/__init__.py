@@ -6,12 +6,32 @@ on NumPy + Numba or on CuPy + a CUDA kernel (``backend="cuda"``).
 
 from . import backends
 from .api import least_squares, nnls, solve
+from .apps import (
+    NMF,
+    L0DictionaryLearning,
+    denoise,
+    extract_patches,
+    nmf,
+    overcomplete_dct,
+    psnr,
+    reconstruct_from_patches,
+    sparse_code,
+)
 from .penalties import L0, L1, Box, Lp, NonNeg, NonNegL1, Penalty, Zero
 from .result import IterationInfo, SolveResult
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "NMF",
+    "L0DictionaryLearning",
+    "denoise",
+    "extract_patches",
+    "nmf",
+    "overcomplete_dct",
+    "psnr",
+    "reconstruct_from_patches",
+    "sparse_code",
     "L0",
     "L1",
     "Box",
