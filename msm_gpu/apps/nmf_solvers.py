@@ -42,6 +42,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from ..penalties import NonNeg
+
 SOLVERS = ("msm", "hals", "pg", "apg", "bpp", "cgd")
 CPU_ONLY = ("bpp", "cgd")
 
@@ -140,11 +142,10 @@ def msm_cpu(G, P, X, *, omega, theta, max_inner, inner_tol):
     X_new : ndarray (k, c)
     n_inner : int
     """
-    from ..backends.base import default_panel, fold_matrix
-    from ..backends.cpu import _numba_threads, chunk_width
-    from ..backends.cpu_kernels import sweep_chunks
+    from ..backends.base import STAT_DIFF2, default_panel, fold_matrix
+    from ..backends.cpu import CpuSweepState
 
-    k, c = X.shape
+    k = X.shape[0]
     dtype = X.dtype
     b, cdiag = _msm_diagonals(np.diagonal(G), omega, theta)
     panel = default_panel(k)
@@ -153,39 +154,22 @@ def msm_cpu(G, P, X, *, omega, theta, max_inner, inner_tol):
         afold[np.diag_indices(k)] = cdiag
     else:
         afold = np.ascontiguousarray(fold_matrix(np.asarray(G, dtype=dtype), cdiag, panel))
-    b = b.astype(dtype)
-    table = np.zeros((k, 4), dtype=dtype)
-    table[:, 2] = np.inf  # NonNeg(): [lam, lb, ub, p] = [0, 0, inf, 0]
-    width = chunk_width(c, _numba_threads())
-    n_chunks = -(-c // width)
-    y = np.zeros((n_chunks, k, width), dtype=dtype)
-    r = np.zeros((n_chunks, k, width), dtype=dtype)
-    ncols = np.zeros(n_chunks, dtype=np.int64)
-    for q in range(n_chunks):
-        lo, hi = q * width, min((q + 1) * width, c)
-        ncols[q] = hi - lo
-        y[q, :, : hi - lo] = X[:, lo:hi]
-        np.negative(P[:, lo:hi], out=r[q, :, : hi - lo])
-    stats = np.zeros((n_chunks, 4, width), dtype=np.float64)
+    table = NonNeg().table(k, dtype)
+    state = CpuSweepState(afold, b.astype(dtype), NonNeg.code, table, -P, X, panel)
     rule = _InnerRule(inner_tol)
     n_inner = 0
     with _blas_controller().limit(limits=1, user_api="blas"):
         while n_inner < max_inner:
-            sweep_chunks(afold, b, 0, table, r, y, ncols, panel, stats)
+            stats = state.sweep()
             n_inner += 1
-            if rule.stop(float(stats[:, 2, :].sum())):
+            if rule.stop(float(stats[STAT_DIFF2].sum())):
                 break
-    out = np.empty((k, c), dtype=dtype)
-    for q in range(n_chunks):
-        lo = q * width
-        out[:, lo : lo + ncols[q]] = y[q, :, : ncols[q]]
-    return out, n_inner
+    return state.current_x(), n_inner
 
 
 def msm_backend(backend, G, P, X, *, omega, theta, max_inner, inner_tol):
     """MSM sweeps through a backend's ``SweepState`` (the CUDA path; also runs on CPU)."""
     from ..backends.base import STAT_DIFF2, default_panel
-    from ..penalties import NonNeg
     from ..splitting import make_splitting
 
     xp = backend.xp

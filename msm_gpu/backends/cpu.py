@@ -98,6 +98,12 @@ class CpuSweepState(SweepState):
             self._y[k, :, : len(sel)] = self._x[:, sel]
             self._rc[k, :, : len(sel)] = self._r_full[:, sel]
         self._stats = np.zeros((n_chunks, N_STATS, width), dtype=np.float64)
+        # positions of the real columns in the flattened (chunk, column) statistics
+        self._real = (
+            np.flatnonzero(np.arange(n_chunks * width) % width < np.repeat(self._ncols, width))
+            if n_chunks * width != len(cols)
+            else None
+        )
 
     def _unpack_into(self, x):
         width = self._y.shape[2]
@@ -123,15 +129,10 @@ class CpuSweepState(SweepState):
                 self._panel,
                 self._stats,
             )
-        n_act = len(self.active)
         stats = np.transpose(self._stats, (1, 0, 2)).reshape(N_STATS, -1)
-        if stats.shape[1] != n_act:  # drop the padding of the last chunk
-            width = self._y.shape[2]
-            keep = np.concatenate(
-                [np.arange(k * width, k * width + m) for k, m in enumerate(self._ncols)]
-            )
-            stats = stats[:, keep]
-        return np.ascontiguousarray(stats)
+        if self._real is not None:  # drop the padding of the last chunk
+            return stats[:, self._real]
+        return stats
 
     def retire(self, keep):
         keep = np.asarray(keep, dtype=bool)
