@@ -4,8 +4,8 @@ Usage::
 
     python benchmarks/bench_cpu.py [--quick] [--repeats 7] [--out benchmarks/out]
 
-The sweep and the GEMM are timed alternately in one run (median of the repeats), so the
-ratio is robust to the machine's noise.  Target (DESIGN.md section 3): <= 1.5.
+The sweep and the GEMM are timed in alternating blocks in one run (median over the
+repeats), so the ratio is robust to the machine's noise.  Target (DESIGN.md section 3): <= 1.5.
 """
 
 from __future__ import annotations
@@ -49,14 +49,24 @@ def time_pair(n, r, dtype, penalty, repeats, panel=None):
     a @ x
     sweeps, gemms = [], []
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        state.sweep()
-        t1 = time.perf_counter()
-        a @ x
-        t2 = time.perf_counter()
-        sweeps.append(t1 - t0)
-        gemms.append(t2 - t1)
+        # Alternating blocks: a block of sweeps, then a block of GEMMs, the first three calls
+        # of each block dropped, a pause between blocks.  Single calls interleaved one
+        # by one would mostly time the hand-over between OpenBLAS's and Numba's thread
+        # pools: both spin-wait after a call and slow the other down on 2 cores.
+        sweeps += _time_block(state.sweep, 8)[3:]
+        time.sleep(0.3)  # let the spinning Numba/OpenMP threads go idle
+        gemms += _time_block(lambda: a @ x, 8)[3:]
+        time.sleep(0.3)  # and OpenBLAS's (it spins ~0.1 s)
     return statistics.median(sweeps), statistics.median(gemms)
+
+
+def _time_block(fn, calls):
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
 
 
 def main(argv=None):

@@ -62,77 +62,80 @@ def run_msm(
     n_cols = r.shape[1]
     state = backend.start(a, r, x0, splitting, penalty.table(a.shape[0]), penalty.code, panel)
     setup_done = time.perf_counter()
-
-    converged = xp.zeros(n_cols, dtype=xp.bool)
-    n_iter_cols = xp.zeros(n_cols, dtype=xp.int64)
-    history = []
-    if record_objective:
-        f_cols, h_cols = column_objectives(xp, a, r, x0, penalty)
-        anchored = bool(xp.all(xp.isfinite(f_cols)))
-        history.append(float(xp.sum(f_cols)))
-
-    message = f"reached max_iter = {max_iter}"
-    n_iter = 0
-    while n_iter < max_iter:
-        stats = state.sweep()
-        n_iter += 1
-        active = xp.asarray(state.active)
-        n_iter_cols[active] += 1
-
+    try:
+        converged = xp.zeros(n_cols, dtype=xp.bool)
+        n_iter_cols = xp.zeros(n_cols, dtype=xp.int64)
+        history = []
         if record_objective:
-            if anchored:
-                f_cols[active] += stats[STAT_QUAD] + stats[STAT_HZ] - h_cols[active]
-                h_cols[active] = stats[STAT_HZ]
-            else:
-                # X_0 was outside dom h (F = inf): anchor on the new, feasible iterate
-                f_cols, h_cols = column_objectives(xp, a, r, state.current_x(), penalty)
-                anchored = bool(xp.all(xp.isfinite(f_cols)))
+            f_cols, h_cols = column_objectives(xp, a, r, x0, penalty)
+            anchored = bool(xp.all(xp.isfinite(f_cols)))
             history.append(float(xp.sum(f_cols)))
 
-        if tol > 0:
-            step = xp.sqrt(stats[STAT_DIFF2])
-            scale = xp.maximum(xp.sqrt(stats[STAT_XNORM2]), xp.ones_like(step))
-            done = step <= tol * scale
-        else:
-            done = xp.zeros(len(state.active), dtype=xp.bool)
+        message = f"reached max_iter = {max_iter}"
+        n_iter = 0
+        while n_iter < max_iter:
+            stats = state.sweep()
+            n_iter += 1
+            active = xp.asarray(state.active)
+            n_iter_cols[active] += 1
 
-        if callback is not None:
-            info = IterationInfo(
-                x=to_user(state.current_x()),
-                fun=history[-1] if record_objective else float("nan"),
-                n_iter=n_iter,
-                n_active=len(state.active),
-            )
-            if _callback_stops(callback, info):
-                message = "stopped by callback"
+            if record_objective:
+                if anchored:
+                    f_cols[active] += stats[STAT_QUAD] + stats[STAT_HZ] - h_cols[active]
+                    h_cols[active] = stats[STAT_HZ]
+                else:
+                    # X_0 was outside dom h (F = inf): anchor on the new, feasible iterate
+                    f_cols, h_cols = column_objectives(xp, a, r, state.current_x(), penalty)
+                    anchored = bool(xp.all(xp.isfinite(f_cols)))
+                history.append(float(xp.sum(f_cols)))
+
+            if tol > 0:
+                step = xp.sqrt(stats[STAT_DIFF2])
+                scale = xp.maximum(xp.sqrt(stats[STAT_XNORM2]), xp.ones_like(step))
+                done = step <= tol * scale
+            else:
+                done = xp.zeros(len(state.active), dtype=xp.bool)
+
+            if callback is not None:
+                info = IterationInfo(
+                    x=to_user(state.current_x()),
+                    fun=history[-1] if record_objective else float("nan"),
+                    n_iter=n_iter,
+                    n_active=len(state.active),
+                )
+                if _callback_stops(callback, info):
+                    message = "stopped by callback"
+                    break
+
+            if bool(xp.any(done)):
+                converged[active[done]] = True
+                state.retire(_to_numpy(~done))
+                if len(state.active) == 0:
+                    message = f"converged: every column met tol = {tol:g}"
+                    break
+            if time_limit is not None and time.perf_counter() - start_time >= time_limit:
+                message = f"reached time_limit = {time_limit:g} s"
                 break
 
-        if bool(xp.any(done)):
-            converged[active[done]] = True
-            state.retire(_to_numpy(~done))
-            if len(state.active) == 0:
-                message = f"converged: every column met tol = {tol:g}"
-                break
-        if time_limit is not None and time.perf_counter() - start_time >= time_limit:
-            message = f"reached time_limit = {time_limit:g} s"
-            break
+        x = state.current_x()
+        iterations_done = time.perf_counter()
+        fun_cols, _ = column_objectives(xp, a, r, x, penalty)
+        return {
+            "x": x,
+            "fun": float(xp.sum(fun_cols)),
+            "n_iter": n_iter,
+            "converged_columns": _to_numpy(converged),
+            "n_iter_columns": _to_numpy(n_iter_cols),
+            "message": message,
+            "objective": np.asarray(history, dtype=np.float64),
+            "timings": {
+                "setup": setup_done - start_time,
+                "iterations": iterations_done - setup_done,
+            },
+        }
 
-    x = state.current_x()
-    iterations_done = time.perf_counter()
-    fun_cols, _ = column_objectives(xp, a, r, x, penalty)
-    return {
-        "x": x,
-        "fun": float(xp.sum(fun_cols)),
-        "n_iter": n_iter,
-        "converged_columns": _to_numpy(converged),
-        "n_iter_columns": _to_numpy(n_iter_cols),
-        "message": message,
-        "objective": np.asarray(history, dtype=np.float64),
-        "timings": {
-            "setup": setup_done - start_time,
-            "iterations": iterations_done - setup_done,
-        },
-    }
+    finally:
+        state.close()
 
 
 def _callback_stops(callback, info) -> bool:

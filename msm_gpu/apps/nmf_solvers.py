@@ -142,7 +142,7 @@ def msm_cpu(G, P, X, *, omega, theta, max_inner, inner_tol):
     X_new : ndarray (k, c)
     n_inner : int
     """
-    from ..backends.base import STAT_DIFF2, default_panel, fold_matrix
+    from ..backends.base import default_panel, fold_matrix
     from ..backends.cpu import CpuSweepState
 
     k = X.shape[0]
@@ -156,20 +156,12 @@ def msm_cpu(G, P, X, *, omega, theta, max_inner, inner_tol):
         afold = np.ascontiguousarray(fold_matrix(np.asarray(G, dtype=dtype), cdiag, panel))
     table = NonNeg().table(k, dtype)
     state = CpuSweepState(afold, b.astype(dtype), NonNeg.code, table, -P, X, panel)
-    rule = _InnerRule(inner_tol)
-    n_inner = 0
-    with _blas_controller().limit(limits=1, user_api="blas"):
-        while n_inner < max_inner:
-            stats = state.sweep()
-            n_inner += 1
-            if rule.stop(float(stats[STAT_DIFF2].sum())):
-                break
-    return state.current_x(), n_inner
+    return _inner_sweeps(state, np, max_inner, inner_tol)
 
 
 def msm_backend(backend, G, P, X, *, omega, theta, max_inner, inner_tol):
     """MSM sweeps through a backend's ``SweepState`` (the CUDA path; also runs on CPU)."""
-    from ..backends.base import STAT_DIFF2, default_panel
+    from ..backends.base import default_panel
     from ..splitting import make_splitting
 
     xp = backend.xp
@@ -179,14 +171,22 @@ def msm_backend(backend, G, P, X, *, omega, theta, max_inner, inner_tol):
     splitting = make_splitting(g_diag, omega, theta_eff, True, check=False)
     pen = NonNeg()
     state = backend.start(G, -P, X, splitting, pen.table(k), pen.code, default_panel(k))
+    return _inner_sweeps(state, xp, max_inner, inner_tol)
+
+
+def _inner_sweeps(state, xp, max_inner, inner_tol):
+    """Sweep until the inner rule stops; return (the iterate, sweeps done)."""
+    from ..backends.base import STAT_DIFF2
+
     rule = _InnerRule(inner_tol)
     n_inner = 0
-    while n_inner < max_inner:
-        stats = state.sweep()
-        n_inner += 1
-        if rule.stop(float(xp.sum(stats[STAT_DIFF2]))):
-            break
-    return state.current_x(), n_inner
+    with state:
+        while n_inner < max_inner:
+            stats = state.sweep()
+            n_inner += 1
+            if rule.stop(float(xp.sum(stats[STAT_DIFF2]))):
+                break
+        return state.current_x(), n_inner
 
 
 # -- projected gradient (Lin 2007) ----------------------------------------------------

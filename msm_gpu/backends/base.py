@@ -77,6 +77,16 @@ class SweepState(ABC):
     def current_x(self):
         """The whole n x r iterate (a new array in the backend namespace)."""
 
+    def close(self):  # noqa: B027  (optional hook: most states hold nothing)
+        """Release what the state holds between sweeps (e.g. thread settings)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
 
 class Backend(ABC):
     """A place where MSM runs: CPU (NumPy + Numba) or CUDA (CuPy + RawKernel)."""

@@ -32,7 +32,13 @@ def _numba_blas_controllers():
 
         blas = [c for c in ThreadpoolController().lib_controllers if c.user_api == "blas"]
         scipy_root = os.path.dirname(os.path.dirname(scipy.__file__))
-        own = [c for c in blas if "scipy" in os.path.relpath(c.filepath, scipy_root)]
+        # SciPy's wheel keeps its library in site-packages/scipy.libs (NumPy's copy in
+        # numpy.libs is also named libscipy_openblas*): match the folder, not the name
+        own = [
+            c
+            for c in blas
+            if os.path.relpath(c.filepath, scipy_root).split(os.sep)[0].startswith("scipy")
+        ]
         _NUMBA_BLAS = own or blas
     return _NUMBA_BLAS
 
@@ -80,6 +86,7 @@ class CpuSweepState(SweepState):
         self._r_full = r
         self._x = x0.copy()  # columns are written back here when they retire
         self.active = np.arange(r.shape[1])
+        self._serial_blas = None
         self._pack()
 
     def _pack(self):
@@ -116,19 +123,21 @@ class CpuSweepState(SweepState):
 
         kernel = sweep_chunks_parallel if self._y.shape[0] > 1 else sweep_chunks_serial
         # Each Numba thread calls BLAS on its own chunk: BLAS itself must stay serial,
-        # or the two thread pools fight (DESIGN.md section 3).
-        with serial_numba_blas():
-            kernel(
-                self._afold,
-                self._b_diag,
-                self._code,
-                self._table,
-                self._rc,
-                self._y,
-                self._ncols,
-                self._panel,
-                self._stats,
-            )
+        # or the two thread pools fight (DESIGN.md section 3).  The setting is kept
+        # until close(): changing OpenBLAS's thread count costs milliseconds.
+        if self._serial_blas is None:
+            self._serial_blas = serial_numba_blas().__enter__()
+        kernel(
+            self._afold,
+            self._b_diag,
+            self._code,
+            self._table,
+            self._rc,
+            self._y,
+            self._ncols,
+            self._panel,
+            self._stats,
+        )
         stats = np.transpose(self._stats, (1, 0, 2)).reshape(N_STATS, -1)
         if self._real is not None:  # drop the padding of the last chunk
             return stats[:, self._real]
@@ -141,6 +150,11 @@ class CpuSweepState(SweepState):
         self._unpack_into(self._x)
         self.active = self.active[keep]
         self._pack()
+
+    def close(self):
+        if self._serial_blas is not None:
+            self._serial_blas.__exit__(None, None, None)
+            self._serial_blas = None
 
     def current_x(self):
         x = self._x.copy()
