@@ -46,13 +46,13 @@ product with Y).
 
 from __future__ import annotations
 
-import inspect
 import math
 import time
 import warnings
 from numbers import Integral, Real
 
 import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
 
 from ..backends import get_backend
 from . import nmf_solvers as ns
@@ -374,7 +374,7 @@ def _prepare(Y, params, W=None, H=None):
 # -- public API ----------------------------------------------------------------------------
 
 
-class NMF:
+class NMF(TransformerMixin, BaseEstimator):
     """Nonnegative matrix factorisation Y ~ W H by alternating NNLS (MSM by default).
 
     Minimises 1/2 ||Y - WH||_F^2 over W >= 0 (m x k), H >= 0 (k x d), scikit-learn
@@ -473,36 +473,6 @@ class NMF:
         self.random_state = random_state
         self.backend = backend
         self.verbose = verbose
-
-    # scikit-learn parameter protocol
-    @classmethod
-    def _get_param_names(cls):
-        sig = inspect.signature(cls.__init__)
-        return sorted(n for n in sig.parameters if n != "self")
-
-    def get_params(self, deep=True):
-        """Constructor parameters as a dict (scikit-learn protocol)."""
-        return {name: getattr(self, name) for name in self._get_param_names()}
-
-    def set_params(self, **params):
-        """Set constructor parameters (scikit-learn protocol); returns self."""
-        valid = set(self._get_param_names())
-        for name, value in params.items():
-            if name not in valid:
-                raise ValueError(
-                    f"invalid parameter {name!r} for NMF; valid parameters: {sorted(valid)}"
-                )
-            setattr(self, name, value)
-        return self
-
-    def __repr__(self):
-        defaults = NMF()
-        changed = [
-            f"{n}={getattr(self, n)!r}"
-            for n in self._get_param_names()
-            if getattr(self, n) != getattr(defaults, n)
-        ]
-        return f"NMF({', '.join(changed)})"
 
     def fit_transform(self, Y, y=None, W=None, H=None):
         """Fit the model to Y and return W (m x k).

@@ -20,10 +20,10 @@ denoising (``lam = LAM_PER_SIGMA2 * sigma**2``).
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import time
 
 import numpy as np
+from sklearn.base import BaseEstimator
 
 from ..api import solve
 from ..penalties import L0
@@ -342,7 +342,7 @@ def dictionary_step(D, Y, H, n_steps=1):
 # ----------------------------------------------------------------------------------
 
 
-class L0DictionaryLearning:
+class L0DictionaryLearning(BaseEstimator):
     """l0 dictionary learning by alternating minimisation (MSM or PGM H-steps).
 
     Minimises ``1/2 ||Y - D H||_F^2 + lam ||H||_0`` over unit-norm atoms D and codes H.
@@ -437,29 +437,6 @@ class L0DictionaryLearning:
         self.random_state = random_state
         self.backend = backend
         self.verbose = verbose
-
-    # -- scikit-learn style parameter access ---------------------------------------
-    @classmethod
-    def _param_names(cls):
-        sig = inspect.signature(cls.__init__)
-        return [p for p in sig.parameters if p != "self"]
-
-    def get_params(self, deep=True):
-        """Parameters of the estimator (scikit-learn convention)."""
-        return {name: getattr(self, name) for name in self._param_names()}
-
-    def set_params(self, **params):
-        """Set parameters (scikit-learn convention); returns self."""
-        valid = set(self._param_names())
-        for key, value in params.items():
-            if key not in valid:
-                raise ValueError(f"invalid parameter {key!r} for {type(self).__name__}")
-            setattr(self, key, value)
-        return self
-
-    def __repr__(self):
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items() if k != "init")
-        return f"{type(self).__name__}({args})"
 
     @property
     def dictionary_(self):
