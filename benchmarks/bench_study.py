@@ -17,7 +17,6 @@ import argparse
 import os
 import platform
 import sys
-import time
 
 import numpy as np
 
@@ -58,41 +57,11 @@ def machine_report():
     return "\n".join(lines)
 
 
-def sync(backend):
-    if backend == "cuda":
-        import cupy
-
-        cupy.cuda.Device().synchronize()
-
-
 def run_one(method, a, rhs, penalty, iters, backend, constant):
-    stamps = []
-
-    def clock(_info):
-        sync(backend)
-        stamps.append(time.perf_counter())
-
-    started = time.perf_counter()
-    res = study.solve_with(
-        method,
-        a,
-        rhs,
-        penalty,
-        tol=0.0,
-        max_iter=iters,
-        backend=backend,
-        record_objective=True,
-        callback=clock,
-    )
-    times = np.asarray(stamps) - started
-    setup = res.timings.get("setup", 0.0)
-    per_iter = (times[-1] - times[0]) / max(len(times) - 1, 1) if len(times) > 1 else np.nan
-    return {
-        "objective": np.asarray(res.objective) + constant,
-        "time": np.concatenate([[setup], times]),
-        "per_iter": per_iter,
-        "setup": setup,
-    }
+    out = study.run_method(method, a, rhs, penalty, iters=iters, backend=backend, constant=constant)
+    times = out["time"][1:]
+    per_iter = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else np.nan
+    return {**out, "per_iter": per_iter, "setup": out["time"][0]}
 
 
 def main(argv=None):
