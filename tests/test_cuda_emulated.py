@@ -58,11 +58,12 @@ def emu(tmp_path_factory):
     return build_emulator(tmp_path_factory.mktemp("cuda_emu"))
 
 
-def emulated_state(emu, problem, panel, **kwargs):
+def emulated_state(launcher, problem, panel, **kwargs):
+    """The real PanelSweepState on NumPy arrays, kernels run by ``launcher``."""
     p = problem
     return PanelSweepState(
         np,
-        emu,
+        launcher,
         p.a,
         p.r,
         p.x0,
@@ -351,19 +352,7 @@ def test_cupy_launcher_argument_order(emu, dtype):
     from msm_gpu.backends.cuda import CupyLauncher
 
     problem = make_problem(50, 6, dtype, "l0_nonneg", seed=13)
-    p = problem
-    state = PanelSweepState(
-        np,
-        CupyLauncher(FakeRawModule(emu)),
-        p.a,
-        p.r,
-        p.x0,
-        p.splitting.b_diag,
-        p.splitting.c_diag,
-        p.table,
-        p.penalty.code,
-        20,
-    )
+    state = emulated_state(CupyLauncher(FakeRawModule(emu)), problem, 20)
     stats = state.sweep()
     z_ref, stats_ref = numba_sweep(problem, problem.x0.copy(), 20)
     assert rel_err(state.current_x(), z_ref) <= RTOL[np.dtype(dtype).type]
