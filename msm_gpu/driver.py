@@ -73,10 +73,10 @@ def run_msm(
 
         message = f"reached max_iter = {max_iter}"
         n_iter = 0
+        active = xp.asarray(state.active)  # changes only when columns retire
         while n_iter < max_iter:
             stats = state.sweep()
             n_iter += 1
-            active = xp.asarray(state.active)
             n_iter_cols[active] += 1
 
             if record_objective:
@@ -110,6 +110,7 @@ def run_msm(
             if bool(xp.any(done)):
                 converged[active[done]] = True
                 state.retire(_to_numpy(~done))
+                active = xp.asarray(state.active)
                 if len(state.active) == 0:
                     message = f"converged: every column met tol = {tol:g}"
                     break
