@@ -7,14 +7,17 @@ import time
 import numpy as np
 
 from . import validation as v
+from .arrays import to_host
 from .backends import get_backend
-from .backends.base import default_panel
-from .baselines import METHODS as BASELINE_METHODS
-from .baselines import run_baseline
-from .driver import run_msm
+from .baselines import ProxGradMethod
+from .driver import MsmMethod
+from .loop import run_iterations
+from .options import SolveOptions
 from .penalties import NonNeg, Zero
 from .result import SolveResult
-from .splitting import DEFAULT_OMEGA, DEFAULT_THETA, make_splitting
+from .splitting import make_splitting
+
+_DEFAULTS = SolveOptions()
 
 
 def solve(
@@ -22,18 +25,18 @@ def solve(
     R,
     penalty=None,
     *,
-    omega=DEFAULT_OMEGA,
-    theta=DEFAULT_THETA,
+    omega=_DEFAULTS.omega,
+    theta=_DEFAULTS.theta,
     x0=None,
-    tol=1e-6,
-    max_iter=1000,
-    time_limit=None,
+    tol=_DEFAULTS.tol,
+    max_iter=_DEFAULTS.max_iter,
+    time_limit=_DEFAULTS.time_limit,
     backend="auto",
-    record_objective=True,
-    callback=None,
-    panel=None,
-    check_convergence=True,
-    method="msm",
+    record_objective=_DEFAULTS.record_objective,
+    callback=_DEFAULTS.callback,
+    panel=_DEFAULTS.panel,
+    check_convergence=_DEFAULTS.check_convergence,
+    method=_DEFAULTS.method,
 ) -> SolveResult:
     """Minimise F(X) = 1/2 tr(X'AX) + tr(X'R) + sum_ij h(X_ij) by the Matrix Splitting Method.
 
@@ -105,29 +108,24 @@ def solve(
     dtype = v.working_dtype(A, R, x0)
     a = be.asarray(A, dtype)
     a = 0.5 * (a + a.T)  # exact symmetry for the folded sweep (A was checked symmetric)
-    options = {
-        "omega": omega,
-        "theta": theta,
-        "tol": tol,
-        "max_iter": max_iter,
-        "time_limit": time_limit,
-        "record_objective": record_objective,
-        "callback": callback,
-        "panel": panel,
-        "check_convergence": check_convergence,
-        "method": method,
-    }
-    return _solve_on_backend(
-        be, a, be.asarray(R, dtype), x0, R, penalty, started, constant=0.0, **options
+    options = SolveOptions(
+        omega=omega,
+        theta=theta,
+        tol=tol,
+        max_iter=max_iter,
+        time_limit=time_limit,
+        record_objective=record_objective,
+        callback=callback,
+        panel=panel,
+        check_convergence=check_convergence,
+        method=method,
     )
+    return _solve_on_backend(be, a, be.asarray(R, dtype), x0, R, penalty, started, options)
 
 
-def _solve_on_backend(be, a, r, x0, user_like, penalty, started, *, constant, **options):
-    """Validate the options and run MSM on backend arrays ``a`` (n x n) and ``r``."""
-    unknown = set(options) - set(_OPTION_NAMES)
-    if unknown:
-        raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
-    opts = _check_options(a.shape[0], **options)
+def _solve_on_backend(be, a, r, x0, user_like, penalty, started, options, *, constant=0.0):
+    """Run the chosen method on backend arrays ``a`` (n x n) and ``r`` through the loop."""
+    opts = options.checked(a.shape[0])
     one_problem = r.ndim == 1
     if one_problem:
         r = r[:, None]
@@ -139,94 +137,43 @@ def _solve_on_backend(be, a, r, x0, user_like, penalty, started, *, constant, **
     def to_user(x):
         return be.to_user(x[:, 0] if one_problem else x, user_like)
 
-    loop_options = {
-        "tol": opts["tol"],
-        "max_iter": opts["max_iter"],
-        "time_limit": opts["time_limit"],
-        "record_objective": opts["record_objective"],
-        "callback": opts["callback"],
-        "to_user": to_user,
-        "start_time": started,
-    }
-    if opts["method"] == "msm":
+    if opts.method == "msm":
         splitting = make_splitting(
-            np.asarray(_host(be.xp.diagonal(a)), dtype=np.float64),
-            opts["omega"],
-            opts["theta"],
+            np.asarray(to_host(be.xp.diagonal(a)), dtype=np.float64),
+            opts.omega,
+            opts.theta,
             penalty.is_convex,
-            check=opts["check_convergence"],
+            check=opts.check_convergence,
         )
-        out = run_msm(be, a, r, x_init, penalty, splitting, panel=opts["panel"], **loop_options)
-        info = {
-            "omega": opts["omega"],
-            "theta": opts["theta"],
-            "delta": splitting.delta,
-            "panel": opts["panel"],
-        }
+        stepper = MsmMethod(be, a, r, x_init, penalty, splitting, opts.panel)
     else:
-        out = run_baseline(opts["method"], be, a, r, x_init, penalty, **loop_options)
-        info = dict(out.get("info", {}))
+        stepper = ProxGradMethod(opts.method, be, a, r, x_init, penalty)
+    out = run_iterations(
+        stepper,
+        n_cols=r.shape[1],
+        tol=opts.tol,
+        max_iter=opts.max_iter,
+        time_limit=opts.time_limit,
+        record_objective=opts.record_objective,
+        callback=opts.callback,
+        to_user=to_user,
+        start_time=started,
+    )
     return SolveResult(
-        x=to_user(out["x"]),
-        fun=out["fun"] + constant,
-        n_iter=out["n_iter"],
-        converged=bool(out["converged_columns"].all()),
-        message=out["message"],
-        objective=out["objective"] + constant,
+        x=to_user(out.x),
+        fun=out.fun + constant,
+        n_iter=out.n_iter,
+        converged=bool(out.converged_columns.all()),
+        message=out.message,
+        objective=out.objective + constant,
         backend=be.name,
         time=time.perf_counter() - started,
-        method=opts["method"],
-        converged_columns=out["converged_columns"],
-        n_iter_columns=out["n_iter_columns"],
-        timings=out["timings"],
-        info=info,
+        method=opts.method,
+        converged_columns=out.converged_columns,
+        n_iter_columns=out.n_iter_columns,
+        timings=out.timings,
+        info=out.info,
     )
-
-
-_OPTION_NAMES = (
-    "omega",
-    "theta",
-    "tol",
-    "max_iter",
-    "time_limit",
-    "record_objective",
-    "callback",
-    "panel",
-    "check_convergence",
-    "method",
-)
-
-METHODS = ("msm",) + BASELINE_METHODS
-
-
-def _check_options(
-    n,
-    *,
-    omega=DEFAULT_OMEGA,
-    theta=DEFAULT_THETA,
-    tol=1e-6,
-    max_iter=1000,
-    time_limit=None,
-    record_objective=True,
-    callback=None,
-    panel=None,
-    check_convergence=True,
-    method="msm",
-):
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}, got {method!r}")
-    return {
-        "method": method,
-        "omega": v.check_real(omega, "omega", low=0.0, high=2.0, low_open=True, high_open=True),
-        "theta": v.check_real(theta, "theta", low=0.0),
-        "tol": v.check_real(tol, "tol", low=0.0),
-        "max_iter": v.check_int(max_iter, "max_iter", low=0),
-        "time_limit": v.check_time_limit(time_limit),
-        "record_objective": bool(record_objective),
-        "callback": v.check_callback(callback),
-        "panel": min(default_panel(n) if panel is None else v.check_int(panel, "panel", low=1), n),
-        "check_convergence": bool(check_convergence),
-    }
 
 
 def least_squares(C, D, penalty=None, *, x0=None, backend="auto", **options) -> SolveResult:
@@ -272,8 +219,8 @@ def least_squares(C, D, penalty=None, *, x0=None, backend="auto", **options) -> 
         D,
         penalty,
         started,
+        SolveOptions.from_keywords(**options),
         constant=constant,
-        **options,
     )
 
 
@@ -291,7 +238,3 @@ def nnls(C, D, **kwargs) -> SolveResult:
     array([0.5, 0. ])
     """
     return least_squares(C, D, NonNeg(), **kwargs)
-
-
-def _host(x):
-    return x.get() if hasattr(x, "get") else x

@@ -1,7 +1,8 @@
-"""The MSM loop: sweeps, stopping rules, objective history, active-column freezing.
+"""MSM as an :class:`~msm_gpu.loop.IterativeMethod`: one sweep per step, exact objective.
 
 Written once against the array API: ``xp`` is NumPy or CuPy (through array_api_compat)
-and the backend's :class:`~msm_gpu.backends.base.SweepState` does the sweeping.
+and the backend's :class:`~msm_gpu.backends.base.SweepState` does the sweeping; the
+stopping rule, history, callback and retirement are :func:`msm_gpu.loop.run_iterations`.
 
 Objective bookkeeping costs no extra matrix product.  With the 1-D objectives
 phi_j(t) = 1/2 B_jj t^2 + w_j t + h(t) of the sweep, the algebra of the paper's
@@ -17,12 +18,8 @@ computed directly (one product with A each).
 
 from __future__ import annotations
 
-import time
-
-import numpy as np
-
 from .backends.base import STAT_DIFF2, STAT_HZ, STAT_QUAD, STAT_XNORM2
-from .result import IterationInfo
+from .loop import IterativeMethod, StepReport
 
 
 def column_objectives(xp, a, r, x, penalty):
@@ -36,117 +33,69 @@ def column_objectives(xp, a, r, x, penalty):
     return quad + hsum, hsum
 
 
-def run_msm(
-    backend,
-    a,
-    r,
-    x0,
-    penalty,
-    splitting,
-    *,
-    tol,
-    max_iter,
-    time_limit,
-    record_objective,
-    callback,
-    panel,
-    to_user,
-    start_time,
-):
-    """Iterate X <- T(X) (paper, Algorithm 1) on 2-D backend arrays.
+class MsmMethod(IterativeMethod):
+    """MSM iterations X <- T(X) (paper, Algorithm 1) through a backend's sweep state.
 
-    Returns a dict with x, fun, n_iter, converged_columns, n_iter_columns, message,
-    objective (host float64 array) and timings.
+    The backend owns the iterate in its own layout; each sweep returns per-column
+    statistics from which the step norms and the exact objective update follow.
     """
-    xp = backend.xp
-    n_cols = r.shape[1]
-    state = backend.start(a, r, x0, splitting, penalty.table(a.shape[0]), penalty.code, panel)
-    setup_done = time.perf_counter()
-    try:
-        converged = xp.zeros(n_cols, dtype=xp.bool)
-        n_iter_cols = xp.zeros(n_cols, dtype=xp.int64)
-        history = []
+
+    def __init__(self, backend, a, r, x0, penalty, splitting, panel):
+        self._xp = backend.xp
+        self._a, self._r, self._x0, self._penalty = a, r, x0, penalty
+        self._splitting = splitting
+        self._panel = panel
+        self._state = backend.start(
+            a, r, x0, splitting, penalty.table(a.shape[0]), penalty.code, panel
+        )
+        self._f = self._h = None
+        self._anchored = False
+        self._active_dev = self._xp.asarray(self._state.active)
+
+    @property
+    def active(self):
+        return self._state.active
+
+    def start_objective(self):
+        self._objective_at(self._x0)
+
+    def step(self, record_objective):
+        xp = self._xp
+        stats = self._state.sweep()
         if record_objective:
-            f_cols, h_cols = column_objectives(xp, a, r, x0, penalty)
-            anchored = bool(xp.all(xp.isfinite(f_cols)))
-            history.append(float(xp.sum(f_cols)))
-
-        message = f"reached max_iter = {max_iter}"
-        n_iter = 0
-        active = xp.asarray(state.active)  # changes only when columns retire
-        while n_iter < max_iter:
-            stats = state.sweep()
-            n_iter += 1
-            n_iter_cols[active] += 1
-
-            if record_objective:
-                if anchored:
-                    f_cols[active] += stats[STAT_QUAD] + stats[STAT_HZ] - h_cols[active]
-                    h_cols[active] = stats[STAT_HZ]
-                else:
-                    # X_0 was outside dom h (F = inf): anchor on the new, feasible iterate
-                    f_cols, h_cols = column_objectives(xp, a, r, state.current_x(), penalty)
-                    anchored = bool(xp.all(xp.isfinite(f_cols)))
-                history.append(float(xp.sum(f_cols)))
-
-            if tol > 0:
-                step = xp.sqrt(stats[STAT_DIFF2])
-                scale = xp.maximum(xp.sqrt(stats[STAT_XNORM2]), xp.ones_like(step))
-                done = step <= tol * scale
+            if self._anchored:
+                act = self._active_dev
+                self._f[act] += stats[STAT_QUAD] + stats[STAT_HZ] - self._h[act]
+                self._h[act] = stats[STAT_HZ]
             else:
-                done = xp.zeros(len(state.active), dtype=xp.bool)
+                # X_0 was outside dom h (F = inf): anchor on the new, feasible iterate
+                self._objective_at(self._state.current_x())
+        return StepReport(step=xp.sqrt(stats[STAT_DIFF2]), xnorm=xp.sqrt(stats[STAT_XNORM2]))
 
-            if callback is not None:
-                info = IterationInfo(
-                    x=to_user(state.current_x()),
-                    fun=history[-1] if record_objective else float("nan"),
-                    n_iter=n_iter,
-                    n_active=len(state.active),
-                )
-                if _callback_stops(callback, info):
-                    message = "stopped by callback"
-                    break
+    def _objective_at(self, x):
+        self._f, self._h = column_objectives(self._xp, self._a, self._r, x, self._penalty)
+        self._anchored = bool(self._xp.all(self._xp.isfinite(self._f)))
 
-            if bool(xp.any(done)):
-                converged[active[done]] = True
-                state.retire(_to_numpy(~done))
-                active = xp.asarray(state.active)
-                if len(state.active) == 0:
-                    message = f"converged: every column met tol = {tol:g}"
-                    break
-            if time_limit is not None and time.perf_counter() - start_time >= time_limit:
-                message = f"reached time_limit = {time_limit:g} s"
-                break
+    def objective(self):
+        return float(self._xp.sum(self._f))
 
-        x = state.current_x()
-        iterations_done = time.perf_counter()
-        fun_cols, _ = column_objectives(xp, a, r, x, penalty)
+    def retire(self, done):
+        self._state.retire(~done)
+        self._active_dev = self._xp.asarray(self._state.active)
+
+    def current_x(self):
+        return self._state.current_x()
+
+    def final_objective(self, x):
+        return column_objectives(self._xp, self._a, self._r, x, self._penalty)[0]
+
+    def info(self):
         return {
-            "x": x,
-            "fun": float(xp.sum(fun_cols)),
-            "n_iter": n_iter,
-            "converged_columns": _to_numpy(converged),
-            "n_iter_columns": _to_numpy(n_iter_cols),
-            "message": message,
-            "objective": np.asarray(history, dtype=np.float64),
-            "timings": {
-                "setup": setup_done - start_time,
-                "iterations": iterations_done - setup_done,
-            },
+            "omega": self._splitting.omega,
+            "theta": self._splitting.theta,
+            "delta": self._splitting.delta,
+            "panel": self._panel,
         }
 
-    finally:
-        state.close()
-
-
-def _callback_stops(callback, info) -> bool:
-    try:
-        return bool(callback(info))
-    except StopIteration:
-        return True
-
-
-def _to_numpy(x):
-    if hasattr(x, "get"):
-        return x.get()
-    return np.asarray(x)
+    def close(self):
+        self._state.close()

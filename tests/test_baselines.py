@@ -26,11 +26,11 @@ def tall_problem(rng, m, n, r):
 
 
 def raw(method, a, r, penalty, *, x0=None, tol=0.0, max_iter=50, trace=None, **kw):
-    """run_baseline on NumPy arrays with the driver's defaults."""
+    """run_baseline on NumPy arrays with the driver's defaults (its outcome as a dict)."""
     x0 = np.zeros_like(r) if x0 is None else x0
     opts = dict(time_limit=None, record_objective=True, callback=None)
     opts.update(kw)
-    return run_baseline(
+    outcome = run_baseline(
         method,
         BE,
         a,
@@ -44,6 +44,7 @@ def raw(method, a, r, penalty, *, x0=None, tol=0.0, max_iter=50, trace=None, **k
         trace=trace,
         **opts,
     )
+    return vars(outcome)
 
 
 # -- the Lipschitz constant ------------------------------------------------------------

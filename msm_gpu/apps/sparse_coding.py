@@ -25,7 +25,9 @@ import time
 import numpy as np
 from sklearn.base import BaseEstimator
 
+from .. import validation as v
 from ..api import solve
+from ..options import METHODS
 from ..penalties import L0
 from ..result import SolveResult
 
@@ -49,9 +51,6 @@ LAM_PER_SIGMA2 = 5.0
 #: OMP stops when a signal's squared residual is <= m (OMP_NOISE_GAIN sigma)^2, m the
 #: signal length: the K-SVD denoising rule of Elad and Aharon (2006).
 OMP_NOISE_GAIN = 1.15
-
-METHODS = ("msm", "pgm", "pgm_ls", "apg", "apg_ls")
-
 
 # ----------------------------------------------------------------------------------
 # validation helpers
@@ -90,15 +89,6 @@ def _as_signals(Y, m, name="Y"):
     if not np.all(np.isfinite(y)):
         raise ValueError(f"{name} contains NaN or infinite values")
     return y
-
-
-def _check_lam(lam):
-    if isinstance(lam, bool) or not isinstance(lam, (int, float, np.integer, np.floating)):
-        raise TypeError(f"lam must be a real number, got {type(lam).__name__}")
-    lam = float(lam)
-    if not np.isfinite(lam) or lam < 0:
-        raise ValueError(f"lam must be finite and >= 0, got {lam}")
-    return lam
 
 
 def _check_method(method, allowed=METHODS):
@@ -267,7 +257,7 @@ def sparse_code(
     ([5], 3.0)
     """
     started = time.perf_counter()
-    lam = _check_lam(lam)
+    lam = v.check_real(lam, "lam", low=0.0)
     method = _check_method(method)
     d = _as_dictionary(D)
     y = _as_signals(Y, d.shape[0])
@@ -511,7 +501,7 @@ class L0DictionaryLearning(BaseEstimator):
         return res.x.T
 
     def _fit(self, X):
-        lam = _check_lam(self.lam)
+        lam = v.check_real(self.lam, "lam", low=0.0)
         method = _check_method(self.method)
         x = np.asarray(X)
         if x.ndim != 2:

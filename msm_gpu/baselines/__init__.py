@@ -1,12 +1,12 @@
-"""Proximal-gradient baselines (the paper's comparators) with MSM's driver contract.
+"""Proximal-gradient baselines (the paper's comparators) on MSM's iteration loop.
 
-``run_baseline(method, backend, a, r, x0, penalty, ...)`` runs PGM (``"pgm"``), PGM
-with backtracking (``"pgm_ls"``), FISTA (``"apg"``) or FISTA with backtracking
-(``"apg_ls"``) and returns the same dict as :func:`msm_gpu.driver.run_msm` plus
-``info`` (with ``L`` = lambda_max(A)).  See :mod:`.proxgrad` for the step-size rules.
+:class:`ProxGradMethod` is PGM (``"pgm"``), PGM with backtracking (``"pgm_ls"``), FISTA
+(``"apg"``) or FISTA with backtracking (``"apg_ls"``) as an
+:class:`~msm_gpu.loop.IterativeMethod`; ``run_baseline`` runs one through
+:func:`msm_gpu.loop.run_iterations`.  See :mod:`.proxgrad` for the step-size rules.
 """
 
 from .lipschitz import lipschitz_constant
-from .proxgrad import METHODS, run_baseline
+from .proxgrad import METHODS, ProxGradMethod, run_baseline
 
-__all__ = ["METHODS", "lipschitz_constant", "run_baseline"]
+__all__ = ["METHODS", "ProxGradMethod", "lipschitz_constant", "run_baseline"]

@@ -1,8 +1,9 @@
 """Proximal-gradient baselines: PGM, PGM + line search, APG (FISTA), APG + line search.
 
-Written once against the array API (``backend.xp``: NumPy or CuPy), with the same
-contract as :func:`msm_gpu.driver.run_msm` (stopping rule, history, callback, time limit),
-so they are drop-in comparators for MSM.  Every column of X is an independent problem.
+Written once against the array API (``backend.xp``: NumPy or CuPy) as
+:class:`~msm_gpu.loop.IterativeMethod` steps: the stopping rule, history, callback, time
+limit and column retirement are MSM's own (:func:`msm_gpu.loop.run_iterations`), so they
+are drop-in comparators for MSM.  Every column of X is an independent problem.
 
 One iteration costs one product with A for every method (plus one per rejected trial
 of a line search): the gradient at the extrapolated point is obtained by linearity,
@@ -47,14 +48,13 @@ working arrays (compaction, as MSM does), so they cost nothing afterwards.
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 
-from ..result import IterationInfo
+from ..arrays import to_host
+from ..loop import IterativeMethod, StepReport, run_iterations
+from ..options import BASELINE_METHODS as METHODS
 from .lipschitz import lipschitz_constant
-
-METHODS = ("pgm", "pgm_ls", "apg", "apg_ls")
 
 #: Multiplier of the line searches.
 ETA = 2.0
@@ -64,217 +64,178 @@ MAX_BACKTRACKS = 64
 L0_FLOOR = 1e-6
 
 
-def _host(x):
-    if hasattr(x, "get"):
-        return x.get()
-    return np.asarray(x)
-
-
-def _callback_stops(callback, info) -> bool:
-    try:
-        return bool(callback(info))
-    except StopIteration:
-        return True
-
-
-def run_baseline(
-    method,
-    backend,
-    a,
-    r,
-    x0,
-    penalty,
-    *,
-    tol,
-    max_iter,
-    time_limit,
-    record_objective,
-    callback,
-    to_user,
-    start_time,
-    trace=None,
-):
-    """Run a proximal-gradient baseline on 2-D backend arrays ``a`` (n x n), ``r``, ``x0``.
+class ProxGradMethod(IterativeMethod):
+    """PGM / PGM+LS / APG / APG+LS on 2-D backend arrays as an :class:`IterativeMethod`.
 
     Parameters
     ----------
     method : {"pgm", "pgm_ls", "apg", "apg_ls"}
     backend : Backend
-        Only ``backend.xp`` and ``backend.asarray`` are used.
+        Only ``backend.xp`` is used.
     a, r, x0 : backend arrays
         A symmetric (n, n); R and X_0 of shape (n, r).  x0 is not modified.
     penalty : Penalty
-    tol, max_iter, time_limit, record_objective, callback, to_user, start_time
-        As in :func:`msm_gpu.driver.run_msm`.
     trace : callable, optional
         Line-search methods only: ``trace(event)`` after every trial, with ``event`` a
         dict: ``iteration`` (1-based), ``columns`` (host int array: the columns of R
         tried), ``y``, ``x_plus`` (backend arrays n x len(columns)), ``L`` (host
         float64 array) and ``accepted`` (host bool array).  For checks and plots.
-
-    Returns
-    -------
-    dict
-        The keys of ``run_msm`` (x, fun, n_iter, converged_columns, n_iter_columns,
-        message, objective, timings) plus ``info``: ``L`` (lambda_max(A) estimate),
-        ``lanczos_matvecs``, ``matvec_columns`` (products with A, counted per column,
-        setup included) and, for line searches, ``ls_backtracks`` (rejected trials),
-        ``ls_failures``, ``eta`` and ``L_columns`` (last accepted L of each column).
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
-    xp = backend.xp
-    n, n_cols = r.shape
-    accelerated = method.startswith("apg")
-    line_search = method.endswith("_ls")
 
-    lip, lanczos = lipschitz_constant(backend, a)
-    l_step = lip if lip > 0.0 else 1.0  # A = 0: any step works, take 1
+    def __init__(self, method, backend, a, r, x0, penalty, *, trace=None):
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+        xp = self._xp = backend.xp
+        self._a, self._r, self._penalty, self._trace = a, r, penalty, trace
+        n_cols = r.shape[1]
+        self._method = method
+        self._accelerated = method.startswith("apg")
+        self._line_search = method.endswith("_ls")
 
-    def matmul(x):
-        return xp.matmul(a, x)
+        self._lip, self._lanczos = lipschitz_constant(backend, a)
+        self._l_step = self._lip if self._lip > 0.0 else 1.0  # A = 0: any step works, take 1
 
-    # working state of the active (not yet converged) columns
-    active = np.arange(n_cols)
-    x = xp.asarray(x0, copy=True)
-    ax = matmul(x)
-    rr = r
-    matvec_cols = n_cols
-    x_full = xp.asarray(x0, copy=True)  # columns are written back here when they retire
-    x_prev = ax_prev = None
-    t_k, beta = 1.0, 0.0
+        # working state of the active (not yet converged) columns
+        self.active = np.arange(n_cols)
+        self._x = xp.asarray(x0, copy=True)
+        self._ax = self._matmul(self._x)
+        self._rr = r
+        self._matvec_cols = n_cols
+        self._x_full = xp.asarray(x0, copy=True)  # retired columns are written back here
+        self._x_prev = self._ax_prev = None
+        self._t_k, self._beta = 1.0, 0.0
+        self._n_iter = 0
 
-    if line_search:
-        g0 = ax + rr
-        ag0 = matmul(g0)
-        matvec_cols += n_cols
-        gg = xp.sum(g0 * g0, axis=0)
-        safe = xp.where(gg > 0, gg, xp.ones_like(gg))
-        rq = xp.where(gg > 0, xp.sum(g0 * ag0, axis=0) / safe, xp.full_like(gg, l_step))
-        l_cols = xp.maximum(rq, xp.full_like(rq, L0_FLOOR * l_step))
-        del g0, ag0
-    n_backtracks = n_failures = 0
-    l_final = np.full(n_cols, np.nan)  # last accepted L per column (line searches)
+        if self._line_search:
+            g0 = self._ax + r
+            ag0 = self._matmul(g0)
+            self._matvec_cols += n_cols
+            gg = xp.sum(g0 * g0, axis=0)
+            safe = xp.where(gg > 0, gg, xp.ones_like(gg))
+            rq = xp.where(gg > 0, xp.sum(g0 * ag0, axis=0) / safe, xp.full_like(gg, self._l_step))
+            self._l_cols = xp.maximum(rq, xp.full_like(rq, L0_FLOOR * self._l_step))
+        self._n_backtracks = self._n_failures = 0
+        self._l_final = np.full(n_cols, np.nan)  # last accepted L per column (line searches)
+        self._f_all = xp.zeros(n_cols, dtype=xp.float64)
 
-    f_all = xp.zeros(n_cols, dtype=xp.float64)
-    history = []
-    if record_objective:
-        f_all = _column_objectives(xp, x, ax, rr, penalty)
-        history.append(float(xp.sum(f_all)))
-    converged = np.zeros(n_cols, dtype=bool)
-    n_iter_cols = np.zeros(n_cols, dtype=np.int64)
-    setup_done = time.perf_counter()
+    def _matmul(self, x):
+        return self._xp.matmul(self._a, x)
 
-    message = f"reached max_iter = {max_iter}"
-    n_iter = 0
-    while n_iter < max_iter:
-        n_iter += 1
-        if accelerated and beta != 0.0:
-            y = x + beta * (x - x_prev)
-            ay = ax + beta * (ax - ax_prev)
+    def start_objective(self):
+        self._f_all = _column_objectives(self._xp, self._x, self._ax, self._rr, self._penalty)
+
+    def objective(self):
+        return float(self._xp.sum(self._f_all))
+
+    def step(self, record_objective):
+        xp = self._xp
+        self._n_iter += 1
+        x, ax = self._x, self._ax
+        if self._accelerated and self._beta != 0.0:
+            y = x + self._beta * (x - self._x_prev)
+            ay = ax + self._beta * (ax - self._ax_prev)
         else:
             y, ay = x, ax
-        grad = ay + rr
+        grad = ay + self._rr
 
-        if not line_search:
-            x_new = penalty.prox(grad - l_step * y, l_step)
-            ax_new = matmul(x_new)
-            matvec_cols += len(active)
+        if not self._line_search:
+            x_new = self._penalty.prox(grad - self._l_step * y, self._l_step)
+            ax_new = self._matmul(x_new)
+            self._matvec_cols += len(self.active)
         else:
-            start = l_cols / ETA if method == "pgm_ls" else l_cols
-            x_new, ax_new, l_cols, stats = _backtrack(
-                xp, a, penalty, y, ay, grad, start, n_iter, active, trace
+            start = self._l_cols / ETA if self._method == "pgm_ls" else self._l_cols
+            x_new, ax_new, self._l_cols, stats = _backtrack(
+                xp,
+                self._a,
+                self._penalty,
+                y,
+                ay,
+                grad,
+                start,
+                self._n_iter,
+                self.active,
+                self._trace,
             )
-            matvec_cols += stats["matvec_columns"]
-            n_backtracks += stats["backtracks"]
-            n_failures += stats["failures"]
+            self._matvec_cols += stats["matvec_columns"]
+            self._n_backtracks += stats["backtracks"]
+            self._n_failures += stats["failures"]
 
         diff = x_new - x
         step = xp.sqrt(xp.sum(xp.astype(diff * diff, xp.float64), axis=0))
         xnorm = xp.sqrt(xp.sum(xp.astype(x * x, xp.float64), axis=0))
-        if accelerated:
-            x_prev, ax_prev = x, ax
-            t_next = 0.5 * (1.0 + math.sqrt(1.0 + 4.0 * t_k * t_k))
-            beta = (t_k - 1.0) / t_next
-            t_k = t_next
-        x, ax = x_new, ax_new
-        n_iter_cols[active] += 1
+        if self._accelerated:
+            self._x_prev, self._ax_prev = x, ax
+            t_next = 0.5 * (1.0 + math.sqrt(1.0 + 4.0 * self._t_k * self._t_k))
+            self._beta = (self._t_k - 1.0) / t_next
+            self._t_k = t_next
+        self._x, self._ax = x_new, ax_new
 
         if record_objective:
-            f_all[_like(f_all, active)] = _column_objectives(xp, x, ax, rr, penalty)
-            history.append(float(xp.sum(f_all)))
-
-        if tol > 0:
-            done = _host(step <= tol * xp.maximum(xnorm, xp.ones_like(xnorm)))
-        else:
-            done = np.zeros(len(active), dtype=bool)
-
-        if callback is not None:
-            info = IterationInfo(
-                x=to_user(_merged(x_full, x, active)),
-                fun=history[-1] if record_objective else float("nan"),
-                n_iter=n_iter,
-                n_active=len(active),
+            self._f_all[_like(self._f_all, self.active)] = _column_objectives(
+                xp, x_new, ax_new, self._rr, self._penalty
             )
-            if _callback_stops(callback, info):
-                message = "stopped by callback"
-                break
+        return StepReport(step=step, xnorm=xnorm)
 
-        if done.any():
-            converged[active[done]] = True
-            if line_search:
-                l_final[active[done]] = _host(l_cols)[done]
-            x_full[:, _like(x, active[done])] = x[:, _like(x, np.flatnonzero(done))]
-            keep = _like(x, np.flatnonzero(~done))
-            active = active[~done]
-            if len(active) == 0:
-                message = f"converged: every column met tol = {tol:g}"
-                break
-            x = xp.take(x, keep, axis=1)
-            ax = xp.take(ax, keep, axis=1)
-            rr = xp.take(r, _like(r, active), axis=1)
-            if accelerated:
-                x_prev = xp.take(x_prev, keep, axis=1)
-                ax_prev = xp.take(ax_prev, keep, axis=1)
-            if line_search:
-                l_cols = xp.take(l_cols, keep, axis=0)
-        if time_limit is not None and time.perf_counter() - start_time >= time_limit:
-            message = f"reached time_limit = {time_limit:g} s"
-            break
+    def retire(self, done):
+        xp = self._xp
+        x = self._x
+        if self._line_search:
+            self._l_final[self.active[done]] = to_host(self._l_cols)[done]
+        self._x_full[:, _like(x, self.active[done])] = x[:, _like(x, np.flatnonzero(done))]
+        keep = _like(x, np.flatnonzero(~done))
+        self.active = self.active[~done]
+        if len(self.active) == 0:
+            return
+        self._x = xp.take(x, keep, axis=1)
+        self._ax = xp.take(self._ax, keep, axis=1)
+        self._rr = xp.take(self._r, _like(self._r, self.active), axis=1)
+        if self._accelerated:
+            self._x_prev = xp.take(self._x_prev, keep, axis=1)
+            self._ax_prev = xp.take(self._ax_prev, keep, axis=1)
+        if self._line_search:
+            self._l_cols = xp.take(self._l_cols, keep, axis=0)
 
-    x_out = _merged(x_full, x, active) if len(active) else x_full
-    iterations_done = time.perf_counter()
-    fun_cols = _column_objectives(xp, x_out, matmul(x_out), r, penalty)
-    info = {
-        "L": lip,
-        "lanczos_matvecs": lanczos["matvecs"],
-        "matvec_columns": int(matvec_cols),
-    }
-    if line_search:
-        if len(active):
-            l_final[active] = _host(l_cols)
-        info.update(
-            {
-                "eta": ETA,
-                "ls_backtracks": int(n_backtracks),
-                "ls_failures": int(n_failures),
-                "L_columns": l_final,
-            }
-        )
-    return {
-        "x": x_out,
-        "fun": float(xp.sum(fun_cols)),
-        "n_iter": n_iter,
-        "converged_columns": converged,
-        "n_iter_columns": n_iter_cols,
-        "message": message,
-        "objective": np.asarray(history, dtype=np.float64),
-        "timings": {
-            "setup": setup_done - start_time,
-            "iterations": iterations_done - setup_done,
-        },
-        "info": info,
-    }
+    def current_x(self):
+        if len(self.active) == 0:
+            return self._x_full
+        return _merged(self._x_full, self._x, self.active)
+
+    def final_objective(self, x):
+        return _column_objectives(self._xp, x, self._matmul(x), self._r, self._penalty)
+
+    def info(self):
+        """``L`` (lambda_max(A) estimate), ``lanczos_matvecs``, ``matvec_columns`` (products
+        with A counted per column, setup included) and, for line searches,
+        ``ls_backtracks`` (rejected trials), ``ls_failures``, ``eta`` and ``L_columns``
+        (last accepted L of each column)."""
+        info = {
+            "L": self._lip,
+            "lanczos_matvecs": self._lanczos["matvecs"],
+            "matvec_columns": int(self._matvec_cols),
+        }
+        if self._line_search:
+            if len(self.active):
+                self._l_final[self.active] = to_host(self._l_cols)
+            info.update(
+                {
+                    "eta": ETA,
+                    "ls_backtracks": int(self._n_backtracks),
+                    "ls_failures": int(self._n_failures),
+                    "L_columns": self._l_final,
+                }
+            )
+        return info
+
+
+def run_baseline(method, backend, a, r, x0, penalty, *, trace=None, **loop_options):
+    """Run a proximal-gradient baseline through :func:`msm_gpu.loop.run_iterations`.
+
+    ``loop_options`` are those of ``run_iterations`` (tol, max_iter, time_limit,
+    record_objective, callback, to_user, start_time).  Returns its
+    :class:`~msm_gpu.loop.LoopOutcome`, whose ``info`` is :meth:`ProxGradMethod.info`.
+    """
+    stepper = ProxGradMethod(method, backend, a, r, x0, penalty, trace=trace)
+    return run_iterations(stepper, n_cols=r.shape[1], **loop_options)
 
 
 def _column_objectives(xp, x, ax, r, penalty):
@@ -325,7 +286,7 @@ def _backtrack(xp, a, penalty, y, ay, grad, start, iteration, active, trace):
         ad = xp.matmul(a, d)
         stats["matvec_columns"] += len(pending)
         ok = xp.sum(d * ad, axis=0) <= ls * xp.sum(d * d, axis=0)
-        ok_h = _host(ok)
+        ok_h = to_host(ok)
         if trace is not None:
             trace(
                 {
@@ -333,7 +294,7 @@ def _backtrack(xp, a, penalty, y, ay, grad, start, iteration, active, trace):
                     "columns": np.asarray(active)[pending],
                     "y": ys,
                     "x_plus": xs,
-                    "L": _host(xp.astype(ls, xp.float64)),
+                    "L": to_host(xp.astype(ls, xp.float64)),
                     "accepted": ok_h,
                 }
             )

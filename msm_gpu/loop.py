@@ -1,0 +1,203 @@
+"""The one iteration loop: stopping rule, callback, history, time limit, column retirement.
+
+Every iterative method (MSM, the proximal-gradient baselines, and whatever comes next)
+is an :class:`IterativeMethod`: it owns its iterate in its own layout and knows how to
+take one step on the columns still active.  :func:`run_iterations` does the rest, the
+same way for all of them:
+
+* a column stops (retires) when ``||x_{k+1} - x_k|| <= tol * max(1, ||x_k||)``; retired
+  columns are no longer stepped (``tol = 0`` runs exactly ``max_iter`` iterations);
+* ``callback(info)`` after every iteration (True or StopIteration stops the run);
+* the objective after every iteration in ``history`` when ``record_objective``;
+* ``time_limit`` (seconds since ``start_time``) checked after every iteration.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .arrays import to_host
+from .result import IterationInfo
+
+
+@dataclass
+class StepReport:
+    """What one step tells the loop, per active column (backend arrays).
+
+    Attributes
+    ----------
+    step : (n_active,) array
+        ``||x_{k+1} - x_k||`` of each active column.
+    xnorm : (n_active,) array
+        ``||x_k||`` of each active column (the scale of the stopping rule).
+    """
+
+    step: object
+    xnorm: object
+
+
+@dataclass
+class LoopOutcome:
+    """What :func:`run_iterations` returns (backend arrays stay on the backend).
+
+    Attributes
+    ----------
+    x : (n, r) backend array
+        The final iterate.
+    fun_columns : (r,) backend float64 array
+        F of every column at ``x``, computed directly at the end.
+    fun : float
+        ``sum(fun_columns)``.
+    n_iter : int
+    converged_columns : (r,) bool ndarray
+    n_iter_columns : (r,) int64 ndarray
+    message : str
+    objective : ndarray
+        F after 0, 1, ..., n_iter iterations (float64; empty without recording).
+    timings : dict
+        Seconds in "setup" (everything before the first step) and "iterations".
+    info : dict
+        The method's own details (:meth:`IterativeMethod.info`).
+    """
+
+    x: object
+    fun_columns: object
+    fun: float
+    n_iter: int
+    converged_columns: np.ndarray
+    n_iter_columns: np.ndarray
+    message: str
+    objective: np.ndarray
+    timings: dict = field(default_factory=dict)
+    info: dict = field(default_factory=dict)
+
+
+class IterativeMethod(ABC):
+    """One method's iterations on 2-D backend arrays; columns are independent problems.
+
+    ``active`` (host int array, increasing) lists the columns still being stepped;
+    it shrinks only through :meth:`retire`.
+    """
+
+    active: np.ndarray
+
+    @abstractmethod
+    def start_objective(self) -> None:
+        """Compute F(X_0) per column, before the first step (only when recording)."""
+
+    @abstractmethod
+    def step(self, record_objective: bool) -> StepReport:
+        """One iteration on the active columns (and the objective update when recording)."""
+
+    @abstractmethod
+    def objective(self) -> float:
+        """F of the whole current iterate, as tracked (sum over all columns)."""
+
+    @abstractmethod
+    def retire(self, done: np.ndarray) -> None:
+        """Stop stepping the active columns where ``done`` (host bool, n_active) is True."""
+
+    @abstractmethod
+    def current_x(self):
+        """The whole n x r iterate (a new backend array)."""
+
+    @abstractmethod
+    def final_objective(self, x):
+        """F per column of ``x``, computed directly (backend float64 array)."""
+
+    def info(self) -> dict:
+        """The method's details for ``SolveResult.info``."""
+        return {}
+
+    def close(self) -> None:  # noqa: B027  (optional hook)
+        """Release what the method holds (thread settings, device buffers)."""
+
+
+def run_iterations(
+    method: IterativeMethod,
+    *,
+    n_cols,
+    tol,
+    max_iter,
+    time_limit,
+    record_objective,
+    callback,
+    to_user,
+    start_time,
+) -> LoopOutcome:
+    """Iterate ``method`` until every column met ``tol``, ``max_iter``, the time limit or
+    the callback stops it.  Closes the method in every case."""
+    try:
+        converged = np.zeros(n_cols, dtype=bool)
+        n_iter_cols = np.zeros(n_cols, dtype=np.int64)
+        history = []
+        if record_objective:
+            method.start_objective()
+            history.append(method.objective())
+        loop_start = time.perf_counter()
+
+        message = f"reached max_iter = {max_iter}"
+        n_iter = 0
+        while n_iter < max_iter:
+            report = method.step(record_objective)
+            n_iter += 1
+            n_iter_cols[method.active] += 1
+            if record_objective:
+                history.append(method.objective())
+
+            if tol > 0:
+                scale = np.maximum(to_host(report.xnorm), 1.0)
+                done = to_host(report.step) <= tol * scale
+            else:
+                done = np.zeros(len(method.active), dtype=bool)
+
+            if callback is not None:
+                info = IterationInfo(
+                    x=to_user(method.current_x()),
+                    fun=history[-1] if record_objective else float("nan"),
+                    n_iter=n_iter,
+                    n_active=len(method.active),
+                )
+                if callback_stops(callback, info):
+                    message = "stopped by callback"
+                    break
+
+            if done.any():
+                converged[method.active[done]] = True
+                method.retire(done)
+                if len(method.active) == 0:
+                    message = f"converged: every column met tol = {tol:g}"
+                    break
+            if time_limit is not None and time.perf_counter() - start_time >= time_limit:
+                message = f"reached time_limit = {time_limit:g} s"
+                break
+
+        x = method.current_x()
+        loop_end = time.perf_counter()
+        fun_cols = method.final_objective(x)
+        return LoopOutcome(
+            x=x,
+            fun_columns=fun_cols,
+            fun=float(fun_cols.sum()),
+            n_iter=n_iter,
+            converged_columns=converged,
+            n_iter_columns=n_iter_cols,
+            message=message,
+            objective=np.asarray(history, dtype=np.float64),
+            timings={"setup": loop_start - start_time, "iterations": loop_end - loop_start},
+            info=method.info(),
+        )
+    finally:
+        method.close()
+
+
+def callback_stops(callback, info) -> bool:
+    """Call a user callback: True or ``StopIteration`` means stop."""
+    try:
+        return bool(callback(info))
+    except StopIteration:
+        return True
