@@ -5,7 +5,7 @@ Usage::
     python benchmarks/bench_cpu.py [--quick] [--repeats 7] [--out benchmarks/out]
 
 The sweep and the GEMM are timed in alternating blocks in one run (median over the
-repeats), so the ratio is robust to the machine's noise.  Target (DESIGN.md section 3): <= 1.5.
+repeats), so the ratio is robust to the machine's noise.  Target: <= 1.5.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ For every shape (n, r) and dtype it prints
 
 * the time of one MSM iteration on the GPU (best panel size of a few, and the default),
 * the time of one cuBLAS GEMM ``A @ X`` of the same shape and their ratio
-  (target, DESIGN.md section 3: <= 1.5),
+  (target: <= 1.5),
 * the time of one iteration of the CPU backend and the GPU speed-up
   (target: >= 20x for n >= 256, r >= 10^4).
 

@@ -1,4 +1,4 @@
-// In-panel MSM sweep (DESIGN.md section 3): one thread block per column (problem).
+// In-panel MSM sweep (docs/design.md): one thread block per column (problem).
 //
 // One MSM iteration processes the rows panel by panel.  For a panel P = [p0, p0 + m)
 // the host first computes one GEMM  W = afold[P, :] @ Y  (cuBLAS), which holds every

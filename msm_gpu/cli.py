@@ -12,6 +12,8 @@ import os
 import sys
 import time
 
+from .study import FIGURE1_LAM
+
 
 def _build_parser():
     parser = argparse.ArgumentParser(
@@ -34,7 +36,9 @@ def _build_parser():
     demo.add_argument(
         "--size", nargs=2, type=int, default=(200, 1000), metavar=("M", "N"), help="C is M x N"
     )
-    demo.add_argument("--lam", type=float, default=0.01, help="l0 weight (default 0.01)")
+    demo.add_argument(
+        "--lam", type=float, default=FIGURE1_LAM, help=f"l0 weight (default {FIGURE1_LAM})"
+    )
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--backend", default="cpu", choices=("cpu", "cuda", "auto"))
     demo.add_argument("--out", default=".", help="folder for figure1.png (default: .)")

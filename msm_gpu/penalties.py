@@ -29,6 +29,8 @@ from numbers import Real
 
 import numpy as np
 
+from .arrays import namespace
+
 CODE_BOX = 0
 CODE_L1 = 1
 CODE_L0 = 2
@@ -102,7 +104,7 @@ class Penalty:
         return penalty_prox(w, b, self.code, *self._broadcast_params(w))
 
     def _broadcast_params(self, x):
-        xp = _namespace(x)
+        xp = namespace(x)
 
         def column(v):
             if isinstance(v, np.ndarray):
@@ -223,12 +225,6 @@ def _check_order(lb, ub):
         raise ValueError("lb must be <= ub (elementwise)")
 
 
-def _namespace(x):
-    from array_api_compat import array_namespace
-
-    return array_namespace(x)
-
-
 # ------------------------------------------------------------------------------
 # Reference formulas.  They are written once against the array API and mirror the
 # scalar code in backends/cpu_kernels.py and kernels/prox.cuh line by line.
@@ -237,7 +233,7 @@ def _namespace(x):
 
 def penalty_value(x, code, lam, lb, ub, p):
     """Elementwise h(x) for a penalty given by code and parameters."""
-    xp = _namespace(x)
+    xp = namespace(x)
     inside = (x >= lb) & (x <= ub)
     if code == CODE_BOX:
         base = xp.zeros_like(x)
@@ -254,7 +250,7 @@ def penalty_value(x, code, lam, lb, ub, p):
 
 def penalty_prox(w, b, code, lam, lb, ub, p):
     """Elementwise argmin_t 1/2 b t^2 + w t + h(t), b > 0 (see module docstring)."""
-    xp = _namespace(w)
+    xp = namespace(w)
     a = -w / b
     if code == CODE_BOX:
         return xp.clip(a, lb, ub)

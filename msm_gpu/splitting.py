@@ -54,6 +54,19 @@ def convergence_delta(diag_a, omega, theta, convex):
     return float(np.min(theta / omega + (1.0 - omega) / omega * diag_a))
 
 
+def guarded_theta(diag_a, theta):
+    """theta, or a tiny positive one when theta = 0 meets a zero diagonal entry.
+
+    A_jj = 0 (e.g. an all-zero NMF factor column, whose Gram row is zero) with theta =
+    0 leaves row j without curvature; any B_jj > 0 then gives the exact 1-D answer,
+    so the guard changes no iterate where theta = 0 was already valid.
+    """
+    diag_a = np.asarray(diag_a, dtype=np.float64)
+    if theta > 0.0 or float(np.min(diag_a)) > 0.0:
+        return float(theta)
+    return 1e-14 * max(float(np.max(diag_a)), 1.0)
+
+
 def make_splitting(diag_a, omega, theta, convex, *, check=True) -> Splitting:
     """Build the splitting for a matrix with diagonal ``diag_a``.
 

@@ -7,18 +7,8 @@ from numbers import Integral, Real
 
 import numpy as np
 
+from .arrays import is_cupy, module_of
 from .penalties import Penalty
-
-
-def _is_cupy(x) -> bool:
-    return type(x).__module__.split(".")[0] == "cupy"
-
-
-def _host_view(x):
-    """A NumPy view/copy of a NumPy, CuPy or array-like input (for checks only)."""
-    if _is_cupy(x):
-        return x.get()
-    return np.asarray(x)
 
 
 def working_dtype(*arrays):
@@ -55,7 +45,7 @@ def check_array(x, name, *, ndims=(1, 2)):
     if x.size == 0:
         raise ValueError(f"{name} must not be empty (shape {x.shape})")
     if kind == "f":
-        host = _host_view(x) if not _is_cupy(x) else None
+        host = np.asarray(x) if not is_cupy(x) else None
         finite = bool(np.isfinite(host).all()) if host is not None else bool(_cupy_finite(x))
         if not finite:
             raise ValueError(f"{name} contains NaN or Inf")
@@ -74,7 +64,7 @@ def check_square_symmetric(a, name="A"):
     n, m = a.shape
     if n != m:
         raise ValueError(f"{name} must be square, got shape {a.shape}")
-    xp_mod = _module_of(a)
+    xp_mod = module_of(a)
     af = a.astype(np.float64) if np.dtype(a.dtype).kind != "f" else a
     scale = float(xp_mod.abs(af).max())
     eps = np.finfo(np.float32 if np.dtype(a.dtype) == np.float32 else np.float64).eps
@@ -91,14 +81,6 @@ def check_square_symmetric(a, name="A"):
             f"{name} must be positive semidefinite, but {name}[{j}, {j}] = {float(diag[j]):g} < 0"
         )
     return a
-
-
-def _module_of(x):
-    if _is_cupy(x):
-        import cupy
-
-        return cupy
-    return np
 
 
 def check_rhs(r, n, name="R"):

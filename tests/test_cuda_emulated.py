@@ -1,4 +1,4 @@
-"""The CUDA sweep, executed on the CPU by the emulator (DESIGN.md section 4).
+"""The CUDA sweep, executed on the CPU by the emulator (docs/design.md).
 
 ``kernels/msm_sweep.cu`` is compiled unchanged with tests/cuda_emu/cuda_emu.hpp and
 driven through the real ``msm_gpu.backends.cuda.PanelSweepState`` (NumPy arrays and the

@@ -19,6 +19,7 @@ import warnings
 
 import numpy as np
 
+from .. import validation as v
 from .dictionaries import (
     check_image,
     extract_patches,
@@ -121,21 +122,6 @@ def ksvd(Y, D0, n_iter=10, *, omp_tol=None, n_nonzero_coefs=None, verbose=False,
     return d, h
 
 
-def _check_sigma(sigma):
-    if isinstance(sigma, bool) or not isinstance(sigma, (int, float, np.integer, np.floating)):
-        raise TypeError(f"sigma must be a real number, got {type(sigma).__name__}")
-    sigma = float(sigma)
-    if not np.isfinite(sigma) or sigma <= 0:
-        raise ValueError(f"sigma must be finite and > 0, got {sigma}")
-    return sigma
-
-
-def _check_pos_int(value, name, low=1):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    return int(value)
-
-
 def denoise(
     noisy,
     sigma,
@@ -213,16 +199,16 @@ def denoise(
     if not isinstance(method, str) or method.lower() not in DENOISE_METHODS:
         raise ValueError(f"method must be one of {DENOISE_METHODS}, got {method!r}")
     method = method.lower()
-    patch_size = _check_pos_int(patch_size, "patch_size")
+    patch_size = v.check_int(patch_size, "patch_size", low=1)
     raw = np.asarray(noisy)
     img = check_image(raw, patch_size, "noisy")
-    sigma = _check_sigma(sigma)
-    n_atoms = _check_pos_int(n_atoms, "n_atoms")
+    sigma = v.check_real(sigma, "sigma", low=0.0, low_open=True)
+    n_atoms = v.check_int(n_atoms, "n_atoms", low=1)
     d0 = overcomplete_dct(patch_size, n_atoms)  # validates n_atoms (a perfect square)
-    n_train = _check_pos_int(n_train, "n_train")
-    n_iter = _check_pos_int(n_iter, "n_iter", low=0)
-    h_iter = _check_pos_int(h_iter, "h_iter")
-    code_iter = _check_pos_int(code_iter, "code_iter")
+    n_train = v.check_int(n_train, "n_train", low=1)
+    n_iter = v.check_int(n_iter, "n_iter", low=0)
+    h_iter = v.check_int(h_iter, "h_iter", low=1)
+    code_iter = v.check_int(code_iter, "code_iter", low=1)
     if not isinstance(init, str) or init.lower() not in ("omp", "random", "zeros"):
         raise ValueError(f"init must be 'omp', 'random' or 'zeros', got {init!r}")
     init = init.lower()

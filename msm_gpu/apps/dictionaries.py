@@ -12,6 +12,8 @@ import math
 
 import numpy as np
 
+from ..validation import check_int
+
 __all__ = [
     "check_image",
     "extract_patches",
@@ -20,22 +22,6 @@ __all__ = [
     "reconstruct_from_patches",
     "sample_patches",
 ]
-
-
-def _check_patch_size(patch_size) -> int:
-    if isinstance(patch_size, bool) or not isinstance(patch_size, (int, np.integer)):
-        raise TypeError(f"patch_size must be an int, got {type(patch_size).__name__}")
-    if patch_size < 1:
-        raise ValueError(f"patch_size must be >= 1, got {patch_size}")
-    return int(patch_size)
-
-
-def _check_step(step) -> int:
-    if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
-        raise TypeError(f"step must be an int, got {type(step).__name__}")
-    if step < 1:
-        raise ValueError(f"step must be >= 1, got {step}")
-    return int(step)
 
 
 def overcomplete_dct(patch_size=8, n_atoms=256):
@@ -69,7 +55,7 @@ def overcomplete_dct(patch_size=8, n_atoms=256):
     >>> D.shape, bool(np.allclose(np.linalg.norm(D, axis=0), 1.0))
     ((64, 256), True)
     """
-    p = _check_patch_size(patch_size)
+    p = check_int(patch_size, "patch_size", low=1)
     if isinstance(n_atoms, bool) or not isinstance(n_atoms, (int, np.integer)):
         raise TypeError(f"n_atoms must be an int, got {type(n_atoms).__name__}")
     k = math.isqrt(int(n_atoms)) if n_atoms >= 0 else -1
@@ -93,7 +79,7 @@ def check_image(image, patch_size, name="image"):
     TypeError, ValueError
         For non-numeric, non-2-D, too small or non-finite images.
     """
-    p = _check_patch_size(patch_size)
+    p = check_int(patch_size, "patch_size", low=1)
     arr = np.asarray(image)
     if arr.dtype == object or not (
         np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.bool_)
@@ -125,8 +111,8 @@ def patch_grid(length, patch_size, step=1):
     ``0, step, 2 step, ...`` and always the last offset ``length - patch_size``, so that
     the patches cover every pixel.
     """
-    p = _check_patch_size(patch_size)
-    s = _check_step(step)
+    p = check_int(patch_size, "patch_size", low=1)
+    s = check_int(step, "step", low=1)
     if length < p:
         raise ValueError(f"length {length} is smaller than patch_size {p}")
     starts = np.arange(0, length - p + 1, s)
@@ -180,7 +166,7 @@ def reconstruct_from_patches(patches, image_shape, patch_size=8, step=1):
     -------
     image : ndarray of shape image_shape, float64
     """
-    p = _check_patch_size(patch_size)
+    p = check_int(patch_size, "patch_size", low=1)
     if len(image_shape) != 2:
         raise ValueError(f"image_shape must be (H, W), got {image_shape}")
     h, w = (int(s) for s in image_shape)

@@ -49,11 +49,13 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from numbers import Integral, Real
+from numbers import Integral
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 
+from .. import validation as v
+from ..arrays import is_cupy, module_of, namespace
 from ..backends import get_backend
 from . import nmf_solvers as ns
 
@@ -71,15 +73,11 @@ def _is_sparse(y) -> bool:
     return type(y).__module__.startswith("cupyx.scipy.sparse")
 
 
-def _is_cupy_like(y) -> bool:
-    return type(y).__module__.split(".")[0] in ("cupy", "cupyx")
-
-
 def _check_data(Y, name="Y"):
     """Refuse non-numeric, empty, non-2-D, non-finite or negative data; return it unchanged."""
     if Y is None:
         raise TypeError(f"{name} must be a 2-D array or sparse matrix, got None")
-    if not _is_sparse(Y) and not hasattr(Y, "__array_namespace__") and not _is_cupy_like(Y):
+    if not _is_sparse(Y) and not hasattr(Y, "__array_namespace__") and not is_cupy(Y):
         Y = np.asarray(Y)
     if len(Y.shape) != 2:
         raise ValueError(f"{name} must be 2-D (samples x features), got shape {Y.shape}")
@@ -90,20 +88,12 @@ def _check_data(Y, name="Y"):
         raise TypeError(f"{name} must hold real numbers, got dtype {Y.dtype}")
     values = Y.data if _is_sparse(Y) else Y
     if kind == "f":
-        finite = values.size == 0 or bool(_as_bool(_module(values).isfinite(values).all()))
+        finite = values.size == 0 or bool(_as_bool(module_of(values).isfinite(values).all()))
         if not finite:
             raise ValueError(f"{name} contains NaN or Inf; NMF needs finite data")
     if values.size and bool(_as_bool((values < 0).any())):
         raise ValueError(f"Negative values in data passed to NMF ({name}); NMF needs Y >= 0")
     return Y
-
-
-def _module(x):
-    if type(x).__module__.split(".")[0] == "cupy":
-        import cupy
-
-        return cupy
-    return np
 
 
 def _as_bool(v):
@@ -123,13 +113,12 @@ class _Data:
         self.sparse = _is_sparse(Y)
         xp = backend.xp
         if self.sparse:
-            on_gpu = backend.name == "cuda"
-            if on_gpu:
+            if not backend.on_host:
                 import cupyx.scipy.sparse as csp
 
                 y = csp.csr_matrix(Y, dtype=dtype)
             else:
-                if _is_cupy_like(Y):
+                if is_cupy(Y):
                     Y = Y.get()
                 import scipy.sparse as sp
 
@@ -168,7 +157,7 @@ class _Data:
 
 def _objective(norm2, W, G_h, P_w):
     """1/2 ||Y - WH||^2 from G_h = HH' and P_w = HY' (k x m): O(m k^2)."""
-    xp = ns._namespace(W)
+    xp = namespace(W)
     wt = W.T
     val = norm2 - 2.0 * float(xp.sum(wt * P_w)) + float(xp.sum(wt * (G_h @ wt)))
     return 0.5 * max(val, 0.0)
@@ -196,33 +185,20 @@ def _rng(random_state):
 
 
 def _check_params(p):
-    k = p["n_components"]
-    if k is not None and (isinstance(k, bool) or not isinstance(k, Integral) or k < 1):
-        raise ValueError(f"n_components must be a positive int or None, got {k!r}")
+    if p["n_components"] is not None:
+        v.check_int(p["n_components"], "n_components", low=1)
     if p["solver"] not in ns.SOLVERS:
         raise ValueError(
             f"solver must be one of {', '.join(map(repr, ns.SOLVERS))}, got {p['solver']!r}"
         )
-    omega, theta = p["omega"], p["theta"]
-    if not isinstance(omega, Real) or not 0.0 < omega < 2.0:
-        raise ValueError(f"omega must be a number in (0, 2), got {omega!r}")
-    if not isinstance(theta, Real) or not theta >= 0.0 or math.isinf(theta):
-        raise ValueError(f"theta must be a finite number >= 0, got {theta!r}")
-    inner = p["inner_iter"]
-    if not (inner == "auto" or (isinstance(inner, Integral) and not isinstance(inner, bool))):
-        raise ValueError(f"inner_iter must be 'auto' or a positive int, got {inner!r}")
-    if inner != "auto" and inner < 1:
-        raise ValueError(f"inner_iter must be 'auto' or a positive int, got {inner!r}")
-    if not isinstance(p["inner_tol"], Real) or not p["inner_tol"] >= 0:
-        raise ValueError(f"inner_tol must be a number >= 0, got {p['inner_tol']!r}")
-    mi = p["max_iter"]
-    if isinstance(mi, bool) or not isinstance(mi, Integral) or mi < 0:
-        raise ValueError(f"max_iter must be an int >= 0, got {mi!r}")
-    if not isinstance(p["tol"], Real) or not p["tol"] >= 0:
-        raise ValueError(f"tol must be a number >= 0, got {p['tol']!r}")
-    tl = p["time_limit"]
-    if tl is not None and (not isinstance(tl, Real) or not tl > 0):
-        raise ValueError(f"time_limit must be None or a number > 0, got {tl!r}")
+    v.check_real(p["omega"], "omega", low=0.0, high=2.0, low_open=True, high_open=True)
+    v.check_real(p["theta"], "theta", low=0.0)
+    if not (isinstance(p["inner_iter"], str) and p["inner_iter"] == "auto"):
+        v.check_int(p["inner_iter"], "inner_iter ('auto' or an int)", low=1)
+    v.check_real(p["inner_tol"], "inner_tol", low=0.0)
+    v.check_int(p["max_iter"], "max_iter", low=0)
+    v.check_real(p["tol"], "tol", low=0.0)
+    v.check_time_limit(p["time_limit"])
     if p["init"] not in _INITS:
         raise ValueError(f"init must be one of {_INITS}, got {p['init']!r}")
 
@@ -240,16 +216,6 @@ def _check_factor(F, shape, name, backend, dtype):
     if (host < 0).any():
         raise ValueError(f"{name} must be nonnegative (init='custom')")
     return backend.asarray(F, dtype)
-
-
-def _to_user(backend, x, like):
-    if backend.name == "cuda" and not _is_cupy_like(like):
-        return x.get()
-    if backend.name == "cpu" and _is_cupy_like(like):
-        import cupy
-
-        return cupy.asarray(x)
-    return x
 
 
 # -- the alternating loop ----------------------------------------------------------------
@@ -286,9 +252,8 @@ def _run(data, backend, W, H, p, *, update_w=True, update_h=True):
     # parallel over columns; OpenBLAS threads spinning after a Gram product and Numba's
     # threads fight for the cores: measured 20x slower iterations on 2 cores (digits,
     # k=20: 90 ms/it with 2 BLAS threads vs 2.5-5 ms/it with 1).
-    limit = None
-    if backend.name == "cpu":
-        limit = ns._blas_controller().limit(limits=1, user_api="blas")
+    limit = backend.limit_host_blas()
+    limit.__enter__()
     try:
         while n_iter < max_iter:
             n_h = n_w = 0
@@ -317,8 +282,7 @@ def _run(data, backend, W, H, p, *, update_w=True, update_h=True):
                 message = f"reached time_limit = {time_limit:g} s"
                 break
     finally:
-        if limit is not None:
-            limit.restore_original_limits()
+        limit.__exit__(None, None, None)
         if bar is not None:
             bar.close()
     elapsed = time.perf_counter() - start
@@ -489,7 +453,7 @@ class NMF(TransformerMixin, BaseEstimator):
         Yc, data, backend, W0, H0 = _prepare(Y, params, W, H)
         Wf, Hf, info = _run(data, backend, W0, H0, params)
         info["reconstruction_err"] = _exact_error(data, Wf, Hf)
-        self.components_ = _to_user(backend, Hf, Yc)
+        self.components_ = backend.to_user(Hf, Yc)
         self.reconstruction_err_ = info["reconstruction_err"]
         self.n_iter_ = info["n_iter"]
         self.history_ = info["history"]
@@ -497,7 +461,7 @@ class NMF(TransformerMixin, BaseEstimator):
         self.n_components_ = Hf.shape[0]
         self.n_features_in_ = Yc.shape[1]
         self.info_ = info
-        return _to_user(backend, Wf, Yc)
+        return backend.to_user(Wf, Yc)
 
     def fit(self, Y, y=None, **params):
         """Fit the model to Y; returns self."""
@@ -530,7 +494,7 @@ class NMF(TransformerMixin, BaseEstimator):
         p_w = data.h_yt(H)
         x0 = backend.xp.zeros_like(p_w)
         solver = params["solver"]
-        if backend.name == "cpu":
+        if backend.on_host:
             solver = "bpp"
         elif solver in ns.CPU_ONLY:
             solver = "msm"
@@ -545,7 +509,7 @@ class NMF(TransformerMixin, BaseEstimator):
             omega=params["omega"],
             theta=params["theta"],
         )
-        return _to_user(backend, wt.T, Y)
+        return backend.to_user(wt.T, Y)
 
     def inverse_transform(self, W):
         """W @ components_ (the reconstruction, m x d)."""

@@ -10,10 +10,9 @@ P = W'Y, X = H; the W-step has G = HH', P = HY', X = W'.  In the notation of
 
 Solvers
 -------
-``"msm"``   Matrix Splitting Method sweeps (omega, theta) -- the library's own sweep.  On
-            the CPU the Numba kernel ``backends.cpu_kernels.sweep_chunks`` is called
-            directly (no per-call validation); on other backends the backend's
-            ``SweepState`` runs the sweeps (CUDA).
+``"msm"``   Matrix Splitting Method sweeps (omega, theta) -- the library's own sweep,
+            through the backend's ``SweepState`` (``Backend.start``; no per-call
+            validation), on the CPU and on CUDA alike.
 ``"hals"``  MSM with omega = 1, theta = 0 (Gauss-Seidel = HALS, Cichocki & Phan 2009).
 ``"pg"``    Projected gradient with the Armijo rule along the projection arc (Lin 2007).
 ``"apg"``   Nesterov's optimal gradient with step 1/||G||_2 (NeNMF, Guan et al. 2012).
@@ -42,23 +41,12 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from ..arrays import is_cupy, namespace, to_host
+from ..backends.threads import blas_controller
 from ..penalties import NonNeg
 
 SOLVERS = ("msm", "hals", "pg", "apg", "bpp", "cgd")
 CPU_ONLY = ("bpp", "cgd")
-
-_CONTROLLER = None
-
-
-def _blas_controller():
-    """A cached ``ThreadpoolController`` (``threadpool_limits()`` costs ~ms per call)."""
-    global _CONTROLLER
-    if _CONTROLLER is None:
-        from threadpoolctl import ThreadpoolController
-
-        _CONTROLLER = ThreadpoolController()
-    return _CONTROLLER
-
 
 #: Fixed cost of one inner iteration (a kernel call and its bookkeeping, ~10-20 us),
 #: in multiply-adds: on small problems it, not the k^2 c flops, bounds the sweep rate.
@@ -85,16 +73,6 @@ def auto_inner_iter(n_rows, n_cols, k, nnz, alpha=0.5, cap=100):
     return int(max(1, min(cap, math.floor(1.0 + alpha * rho))))
 
 
-def is_cupy(x) -> bool:
-    return type(x).__module__.split(".")[0] in ("cupy", "cupyx")
-
-
-def _namespace(x):
-    from array_api_compat import array_namespace
-
-    return array_namespace(x)
-
-
 def _fro2(xp, d):
     return float(xp.sum(d * d))
 
@@ -116,62 +94,26 @@ class _InnerRule:
 # -- MSM / HALS ---------------------------------------------------------------------
 
 
-def _effective_theta(g_diag, theta):
-    """theta, or a tiny positive one when theta = 0 (HALS) meets a zero G_jj.
+def msm_backend(backend, G, P, X, *, omega, theta, max_inner, inner_tol):
+    """MSM sweeps on min 1/2 x'Gx - P'x, x >= 0, through the backend's sweep state.
 
-    G_jj = 0 means an all-zero factor column: row j of (*) is then constant, and any
-    B_jj > 0 gives x_j = max(0, P_j / B_jj) = 0.
-    """
-    if theta > 0.0 or float(np.min(g_diag)) > 0.0:
-        return float(theta)
-    return 1e-14 * max(float(np.max(g_diag)), 1.0)
-
-
-def _msm_diagonals(g_diag, omega, theta):
-    """B_jj = (G_jj + theta)/omega and C_jj = G_jj - B_jj (theta as in _effective_theta)."""
-    g_diag = np.asarray(g_diag, dtype=np.float64)
-    b = (g_diag + _effective_theta(g_diag, theta)) / omega
-    return b, g_diag - b
-
-
-def msm_cpu(G, P, X, *, omega, theta, max_inner, inner_tol):
-    """MSM sweeps on NumPy arrays through the Numba kernel (no per-call validation).
+    ``theta = 0`` (HALS) with an all-zero factor column (G_jj = 0) gets the tiny
+    positive theta of :func:`msm_gpu.splitting.guarded_theta`.
 
     Returns
     -------
-    X_new : ndarray (k, c)
+    X_new : (k, c) backend array
     n_inner : int
     """
-    from ..backends.base import default_panel, fold_matrix
-    from ..backends.cpu import CpuSweepState
-
-    k = X.shape[0]
-    dtype = X.dtype
-    b, cdiag = _msm_diagonals(np.diagonal(G), omega, theta)
-    panel = default_panel(k)
-    if panel == k:  # one panel: the folded matrix is triu(G, 1) + diag(C) (cheap path)
-        afold = np.triu(np.asarray(G, dtype=dtype), 1)
-        afold[np.diag_indices(k)] = cdiag
-    else:
-        afold = np.ascontiguousarray(fold_matrix(np.asarray(G, dtype=dtype), cdiag, panel))
-    table = NonNeg().table(k, dtype)
-    state = CpuSweepState(afold, b.astype(dtype), NonNeg.code, table, -P, X, panel)
-    return _inner_sweeps(state, np, max_inner, inner_tol)
-
-
-def msm_backend(backend, G, P, X, *, omega, theta, max_inner, inner_tol):
-    """MSM sweeps through a backend's ``SweepState`` (the CUDA path; also runs on CPU)."""
     from ..backends.base import default_panel
-    from ..splitting import make_splitting
+    from ..splitting import guarded_theta, make_splitting
 
-    xp = backend.xp
     k = G.shape[0]
-    g_diag = np.asarray(_to_host(xp.diagonal(G)), dtype=np.float64)
-    theta_eff = _effective_theta(g_diag, theta)
-    splitting = make_splitting(g_diag, omega, theta_eff, True, check=False)
+    g_diag = np.asarray(to_host(backend.xp.diagonal(G)), dtype=np.float64)
+    splitting = make_splitting(g_diag, omega, guarded_theta(g_diag, theta), True, check=False)
     pen = NonNeg()
-    state = backend.start(G, -P, X, splitting, pen.table(k), pen.code, default_panel(k))
-    return _inner_sweeps(state, xp, max_inner, inner_tol)
+    state = backend.start(G, -P, X, splitting, pen.table(k, X.dtype), pen.code, default_panel(k))
+    return _inner_sweeps(state, backend.xp, max_inner, inner_tol)
 
 
 def _inner_sweeps(state, xp, max_inner, inner_tol):
@@ -199,7 +141,7 @@ def pg(G, P, X, *, max_inner, inner_tol, beta=0.1, sigma=0.01, max_search=20):
     until the sufficient-decrease condition ``(1 - sigma) g'd + 1/2 d'Gd < 0`` holds
     (grown for as long as it keeps holding), exactly as in Lin's code.
     """
-    xp = _namespace(X)
+    xp = namespace(X)
     alpha = 1.0
     grad = G @ X - P
     rule = _InnerRule(inner_tol)
@@ -240,8 +182,8 @@ def pg(G, P, X, *, max_inner, inner_tol, beta=0.1, sigma=0.01, max_search=20):
 
 def apg(G, P, X, *, max_inner, inner_tol):
     """Nesterov's optimal gradient method with constant step 1/L, L = ||G||_2 (NeNMF)."""
-    xp = _namespace(X)
-    lip = float(np.linalg.norm(np.asarray(_to_host(G), dtype=np.float64), 2))
+    xp = namespace(X)
+    lip = float(np.linalg.norm(np.asarray(to_host(G), dtype=np.float64), 2))
     if lip <= 0.0:
         return xp.zeros_like(X), 1
     z = X
@@ -490,7 +432,7 @@ def cgd(G, P, X, *, max_inner, inner_tol):
     pt = np.ascontiguousarray(np.asarray(P).T, dtype=np.float64)
     g = np.ascontiguousarray(G, dtype=np.float64)
     counts = np.zeros(c, dtype=np.int64)
-    with _blas_controller().limit(limits=1, user_api="blas"):
+    with blas_controller().limit(limits=1, user_api="blas"):
         _cgd_kernel(g, pt, xt, int(max_inner) * k, float(inner_tol) ** 2, counts)
     n_inner = max(1, -(-int(counts.sum()) // max(c * k, 1)))
     return np.ascontiguousarray(xt.T, dtype=dtype), n_inner
@@ -523,8 +465,6 @@ def half_step(solver, backend, G, P, X, *, max_inner, inner_tol, omega=1.0, thet
     if solver in ("msm", "hals"):
         if solver == "hals":
             omega, theta = 1.0, 0.0
-        if backend.name == "cpu":
-            return msm_cpu(G, P, X, omega=omega, theta=theta, **opts)
         return msm_backend(backend, G, P, X, omega=omega, theta=theta, **opts)
     if solver == "pg":
         return pg(G, P, X, **opts)
@@ -535,7 +475,3 @@ def half_step(solver, backend, G, P, X, *, max_inner, inner_tol, omega=1.0, thet
     if solver == "cgd":
         return cgd(G, P, X, **opts)
     raise ValueError(f"solver must be one of {', '.join(map(repr, SOLVERS))}, got {solver!r}")
-
-
-def _to_host(x):
-    return x.get() if hasattr(x, "get") else np.asarray(x)

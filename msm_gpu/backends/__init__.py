@@ -7,6 +7,7 @@ there is never a silent fallback.
 
 from __future__ import annotations
 
+from ..arrays import is_cupy
 from .base import Backend
 
 BACKENDS = ("cpu", "cuda")
@@ -36,17 +37,13 @@ def available() -> list[str]:
     return [name for name, reason in status().items() if reason is None]
 
 
-def is_cupy_array(x) -> bool:
-    return type(x).__module__.split(".")[0] == "cupy"
-
-
 def get_backend(name, *arrays) -> Backend:
     """Resolve a backend name (``"cpu"``, ``"cuda"``, ``"auto"``) for the given inputs."""
     if not isinstance(name, str):
         raise TypeError(f"backend must be a string, got {type(name).__name__}")
     key = name.lower()
     if key == "auto":
-        key = "cuda" if any(is_cupy_array(a) for a in arrays if a is not None) else "cpu"
+        key = "cuda" if any(is_cupy(a) for a in arrays if a is not None) else "cpu"
     if key == "cpu":
         from .cpu import CpuBackend
 

@@ -18,10 +18,11 @@ N_STATS = 4
 
 
 def fold_matrix(a, c_diag, panel):
-    """The folded matrix of DESIGN.md section 3 (a NumPy/CuPy copy, input untouched).
+    """The folded matrix of docs/design.md, "CPU sweep" (a NumPy/CuPy copy, input untouched).
 
     The strictly lower part of every diagonal ``panel x panel`` block is zeroed and the
-    diagonal is replaced by C_jj, so that for a panel P the single product
+    diagonal is replaced by C_jj (one panel: ``triu(a, 1) + diag(C)``, the cheap path),
+    so that for a panel P the single product
     ``afold[P, :] @ Y`` (Y: rows before P already new, rows from P on old) gives
     ``sum_{i<P} A_ji Z_i + sum_{i>j} A_ji X_i + C_jj X_j`` except the in-panel
     lower terms, which the sweep adds row by row (read as ``afold[j, i]``, i > j).
@@ -30,6 +31,11 @@ def fold_matrix(a, c_diag, panel):
 
     xp = array_namespace(a)
     n = a.shape[0]
+    if panel >= n:
+        folded = xp.triu(a, k=1)
+        rows = xp.arange(n)
+        folded[rows, rows] = xp.asarray(c_diag, dtype=folded.dtype)
+        return folded
     folded = xp.asarray(a, copy=True)
     rows = xp.arange(n)
     block = rows // panel
@@ -89,9 +95,27 @@ class SweepState(ABC):
 
 
 class Backend(ABC):
-    """A place where MSM runs: CPU (NumPy + Numba) or CUDA (CuPy + RawKernel)."""
+    """A place where MSM runs: CPU (NumPy + Numba) or CUDA (CuPy + RawKernel).
+
+    Capability flags (test these, never ``name``):
+
+    ``on_host``
+        Arrays live in host memory as NumPy arrays, so host-only solvers (SciPy,
+        the Numba active-set codes of ``apps/nmf_solvers``) can run on them.
+    """
 
     name: str
+    on_host: bool
+
+    def limit_host_blas(self):
+        """Context manager for runs that alternate host BLAS calls with sweeps.
+
+        On the CPU, BLAS runs on one thread inside it: a threaded GEMM between Numba's
+        parallel sweeps leaves BLAS threads spinning against Numba's.  Elsewhere a no-op.
+        """
+        from contextlib import nullcontext
+
+        return nullcontext()
 
     @property
     @abstractmethod

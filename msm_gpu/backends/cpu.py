@@ -5,59 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from .base import N_STATS, Backend, SweepState, fold_matrix
+from .threads import serial_numba_blas
 
 #: Columns per chunk (one Numba thread sweeps one chunk, calling 1-thread BLAS).
 CHUNK_COLUMNS = 256
 #: Narrowest chunk worth splitting for (below this, one chunk per column group).
 MIN_CHUNK_COLUMNS = 16
-
-
-_NUMBA_BLAS = None
-
-
-def _numba_blas_controllers():
-    """threadpoolctl controllers of the BLAS that Numba's np.dot calls (SciPy's).
-
-    Numba calls BLAS through ``scipy.linalg.cython_blas``; NumPy may ship its own
-    copy.  Only SciPy's copy is made serial during a sweep, so NumPy's threaded GEMM
-    (used by the user and by the driver's objective) keeps its threads.  Found once.
-    """
-    global _NUMBA_BLAS
-    if _NUMBA_BLAS is None:
-        import os
-
-        import scipy
-        import scipy.linalg.cython_blas  # noqa: F401  (loads the library)
-        from threadpoolctl import ThreadpoolController
-
-        blas = [c for c in ThreadpoolController().lib_controllers if c.user_api == "blas"]
-        scipy_root = os.path.dirname(os.path.dirname(scipy.__file__))
-        # SciPy's wheel keeps its library in site-packages/scipy.libs (NumPy's copy in
-        # numpy.libs is also named libscipy_openblas*): match the folder, not the name
-        own = [
-            c
-            for c in blas
-            if os.path.relpath(c.filepath, scipy_root).split(os.sep)[0].startswith("scipy")
-        ]
-        _NUMBA_BLAS = own or blas
-    return _NUMBA_BLAS
-
-
-class serial_numba_blas:
-    """Context manager: Numba's BLAS runs on one thread inside, as before outside."""
-
-    def __enter__(self):
-        self._saved = [(c, c.num_threads) for c in _numba_blas_controllers()]
-        for c, threads in self._saved:
-            if threads != 1:
-                c.set_num_threads(1)
-        return self
-
-    def __exit__(self, *exc):
-        for c, threads in self._saved:
-            if threads != 1:
-                c.set_num_threads(threads)
-        return False
 
 
 def chunk_width(n_cols: int, n_threads: int) -> int:
@@ -123,7 +76,7 @@ class CpuSweepState(SweepState):
 
         kernel = sweep_chunks_parallel if self._y.shape[0] > 1 else sweep_chunks_serial
         # Each Numba thread calls BLAS on its own chunk: BLAS itself must stay serial,
-        # or the two thread pools fight (DESIGN.md section 3).  The setting is kept
+        # or the two thread pools fight (docs/design.md, "CPU sweep").  The setting is kept
         # until close(): changing OpenBLAS's thread count costs milliseconds.
         if self._serial_blas is None:
             self._serial_blas = serial_numba_blas().__enter__()
@@ -166,6 +119,12 @@ class CpuBackend(Backend):
     """NumPy + Numba.  Always available."""
 
     name = "cpu"
+    on_host = True
+
+    def limit_host_blas(self):
+        from .threads import blas_controller
+
+        return blas_controller().limit(limits=1, user_api="blas")
 
     @property
     def xp(self):

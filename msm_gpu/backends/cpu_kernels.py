@@ -128,7 +128,7 @@ def _sweep_chunks(afold, b_diag, code, params, r_chunks, y_chunks, ncols, panel,
     Parameters
     ----------
     afold : (n, n) folded matrix: A with the strictly lower part of every diagonal
-        panel block zeroed and the diagonal replaced by C_jj (DESIGN.md section 3), so
+        panel block zeroed and the diagonal replaced by C_jj (docs/design.md, "CPU sweep"), so
         ``afold[P, :] @ Y`` is the whole off-panel part plus the old in-panel part.
         The in-panel lower entries A[k, j] (k > j) are read as afold[j, k] (symmetry).
     b_diag : (n,) B_jj.

@@ -1,6 +1,6 @@
 """CUDA backend: CuPy arrays, cuBLAS panel GEMMs and the sweep kernel of kernels/msm_sweep.cu.
 
-One MSM iteration runs panel by panel (DESIGN.md section 3).  For the panel P = [p0, p1)
+One MSM iteration runs panel by panel (docs/design.md).  For the panel P = [p0, p1)
 
     W = Y' afold[P, :]'      (one cuBLAS GEMM, all active columns at once)
 
@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..arrays import to_host
 from .base import N_STATS, Backend, SweepState, fold_matrix
 from .cuda_geometry import DEFAULT_TARGET_THREADS, effective_panel, launch_geometry
 
@@ -216,11 +217,6 @@ class CupyLauncher:
 # ------------------------------------------------------------------------------------
 
 
-def _to_host(x):
-    """NumPy copy of a NumPy or CuPy array."""
-    return x.get() if hasattr(x, "get") else np.asarray(x)
-
-
 class PanelSweepState(SweepState):
     """MSM iterate in the kernel's layout, swept panel by panel.
 
@@ -270,10 +266,10 @@ class PanelSweepState(SweepState):
         self._code = int(code)
         self._target_threads = int(target_threads)
         self.panel = effective_panel(n, panel)
-        c_dev = xp.asarray(np.asarray(_to_host(c_diag), dtype=np.float64))
+        c_dev = xp.asarray(np.asarray(to_host(c_diag), dtype=np.float64))
         self._afold = xp.ascontiguousarray(fold_matrix(a, c_dev, self.panel), dtype=dtype)
-        self._b = xp.ascontiguousarray(xp.asarray(_to_host(b_diag), dtype=dtype))
-        self._params = xp.ascontiguousarray(xp.asarray(_to_host(table), dtype=dtype))
+        self._b = xp.ascontiguousarray(xp.asarray(to_host(b_diag), dtype=dtype))
+        self._params = xp.ascontiguousarray(xp.asarray(to_host(table), dtype=dtype))
         if self._b.shape != (n,) or self._params.shape != (n, 4):
             raise ValueError("b_diag must have shape (n,) and the penalty table (n, 4)")
         # (n_active, n) C order == n x n_active column-major (module docstring)
@@ -327,7 +323,7 @@ class PanelSweepState(SweepState):
 
     def retire(self, keep):
         """Stop sweeping active columns where ``keep`` is False; their values are kept."""
-        keep = np.asarray(_to_host(keep), dtype=bool).reshape(-1)
+        keep = np.asarray(to_host(keep), dtype=bool).reshape(-1)
         if keep.shape != self.active.shape:
             raise ValueError(
                 f"keep has {keep.size} entries, there are {self.active.size} active columns"
@@ -370,6 +366,7 @@ class CudaBackend(Backend):
     """
 
     name = "cuda"
+    on_host = False
 
     def __init__(self, target_threads=DEFAULT_TARGET_THREADS):
         reason = cuda_unavailable_reason()

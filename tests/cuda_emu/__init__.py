@@ -1,1 +1,1 @@
-"""CPU emulation of the CUDA kernels (DESIGN.md section 4) and shared test helpers."""
+"""CPU emulation of the CUDA kernels (docs/design.md) and shared test helpers."""

@@ -1,4 +1,4 @@
-"""Build and drive the CPU emulation of ``kernels/msm_sweep.cu`` (DESIGN.md section 4).
+"""Build and drive the CPU emulation of ``kernels/msm_sweep.cu`` (docs/design.md).
 
 The kernel file is compiled unchanged by g++ together with ``cuda_emu.hpp`` into a shared
 library (in a directory the caller chooses, never the repository), loaded with ctypes.
