@@ -44,6 +44,11 @@
 #define MSM_ERR_CODE 1
 #define MSM_ERR_SMEM 2
 
+// The barrier after the block staged A and the row table in shared memory.
+// tests/test_cuda_emulated.py builds a copy with it emptied and checks that the emulator
+// then reports wrong results.
+#define MSM_STAGE_BARRIER() __syncthreads()
+
 __device__ __forceinline__ int msm_round_up(int v, int k) { return (v + k - 1) / k * k; }
 
 // a[q] = p[q], q < MSM_ROW_BLOCK; p is aligned to MSM_ROW_BLOCK elements (one vector load).
@@ -106,6 +111,7 @@ struct MsmStats {
     __device__ __forceinline__ void store(double* stats, long long ld, long long c, bool add_to)
     {
         const double v[4] = {quad, h, d2, x2};
+#pragma unroll
         for (int k = 0; k < 4; ++k) {
             double* s = stats + (size_t)k * ld + c;
             *s = add_to ? *s + v[k] : v[k];
@@ -171,7 +177,7 @@ __device__ __forceinline__ void msm_fused_sweep(T* __restrict__ y, const T* __re
     T* tile = tab + (size_t)MSM_ROWTAB * np;
     if (a_in_smem) msm_stage(a_s, amat, np * np);
     msm_stage(tab, rowtab, MSM_ROWTAB * np);
-    __syncthreads();  // the only barrier: matrix and row table are visible
+    MSM_STAGE_BARRIER();  // the only barrier: matrix and row table are visible
 
     const T* a = a_in_smem ? a_s : amat;
     const long long c = (long long)blockIdx.x * tw + tid;
@@ -245,7 +251,7 @@ __device__ __forceinline__ void msm_panel_sweep(const T* __restrict__ w, T* __re
     for (int k = tid; k < MSM_ROWTAB * mp; k += tw) {
         tab[k] = (k < MSM_ROWTAB * m) ? rowtab[(size_t)MSM_ROWTAB * p0 + k] : T(0);
     }
-    __syncthreads();  // the only barrier
+    MSM_STAGE_BARRIER();  // the only barrier
 
     const long long c = (long long)blockIdx.x * tw + tid;
     if (c >= ncols) return;

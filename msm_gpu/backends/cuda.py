@@ -97,11 +97,15 @@ def cuda_unavailable_reason() -> str | None:
 def kernel_dir() -> Path:
     """Directory holding ``msm_sweep.cu`` and ``prox.cuh``.
 
-    Package data ``msm_gpu/kernels`` in an installed wheel; the repository's top-level
-    ``kernels/`` directory in a source checkout.
+    The ``kernels/`` directory beside this package in a source checkout (checked first:
+    an editable install of another checkout must not hand out that checkout's kernels),
+    else package data ``msm_gpu/kernels`` of an installed wheel.
     """
     from importlib.resources import files
 
+    repo = Path(__file__).resolve().parents[2] / "kernels"
+    if (repo / KERNEL_FILE).is_file():
+        return repo
     for package, sub in (("msm_gpu.kernels", ""), ("msm_gpu", "kernels")):
         try:
             packaged = Path(str(files(package))) / sub
@@ -109,12 +113,9 @@ def kernel_dir() -> Path:
             continue
         if (packaged / KERNEL_FILE).is_file():
             return packaged
-    repo = Path(__file__).resolve().parents[2] / "kernels"
-    if (repo / KERNEL_FILE).is_file():
-        return repo
     raise FileNotFoundError(
-        f"CUDA kernel sources not found: looked for {KERNEL_FILE} in package data "
-        f"msm_gpu/kernels and in {repo}"
+        f"CUDA kernel sources not found: looked for {KERNEL_FILE} in {repo} and in "
+        "package data msm_gpu/kernels"
     )
 
 
