@@ -134,9 +134,7 @@ def test_grid_covers_every_penalty_and_layout():
     assert {p for _, _, p, _ in GRID} == set(PENALTIES)
     from msm_gpu.backends.cuda_model import choose_layout
 
-    picked = {
-        choose_layout(n, r, np.dtype(d).itemsize, 0, 64).layout for n, r, _, d in GRID
-    }
+    picked = {choose_layout(n, r, np.dtype(d).itemsize, 0, 64).layout for n, r, _, d in GRID}
     assert picked == {"fused", "resident", "panel"}
 
 

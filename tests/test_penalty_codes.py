@@ -55,7 +55,9 @@ def test_every_penalty_through_three_implementations(emu, name, dtype):
     b = rng.uniform(0.1, 3.0, 400).astype(dtype)
     row = penalty.table(1, np.float64)[0]
     ref = penalty.prox(w.astype(np.float64), b.astype(np.float64))
-    numba = np.array([prox_scalar(penalty.code, float(wi), float(bi), *row) for wi, bi in zip(w, b)])
+    numba = np.array(
+        [prox_scalar(penalty.code, float(wi), float(bi), *row) for wi, bi in zip(w, b, strict=True)]
+    )
     z, hz = emu.prox(penalty.code, w, b, row.astype(dtype))
     tol = 1e-12 if dtype == np.float64 else 2e-5
     np.testing.assert_allclose(numba[:, 0], ref, rtol=1e-12, atol=1e-12)
