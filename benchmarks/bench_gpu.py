@@ -12,8 +12,13 @@ For every shape (n, r) and dtype it prints
 * the time of one iteration of the CPU backend and the GPU speed-up
   (target: >= 20x for n >= 256, r >= 10^4).
 
-Only the block-per-column kernel exists (kernels/msm_sweep.cu), so there is no layout
-choice to record yet.  Without a usable GPU it prints why and exits with status 0.
+* beside it the time the roofline model predicts (``msm_gpu.backends.cuda_model``, the
+  rule that picks the layout; ``benchmarks/gpu_model.py`` prints the whole table) and the
+  layout that ran,
+* one iteration of ``msm_gpu.solve`` as users call it (``max_iter=1``, ``tol=0``: setup,
+  objective bookkeeping and copies included) next to the bare sweep.
+
+Without a usable GPU it prints why and exits with status 0.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's msm_gpu
 
 SHAPES = [
     (200, 1000),
@@ -94,12 +100,26 @@ def gpu_median(cupy, fn, repeats):
 
 
 def time_gpu(cupy, backend, data, split, penalty, panel, repeats):
+    """(median seconds of one sweep, the layout that ran)."""
     a, rhs, x0 = data
     state = backend.start(a, rhs, x0, split, penalty.table(a.shape[0]), penalty.code, panel)
     seconds = gpu_median(cupy, state.sweep, repeats)
+    layout = state.layout
     del state
     cupy.get_default_memory_pool().free_all_blocks()
-    return seconds
+    return seconds, layout
+
+
+def time_solve(cupy, data, penalty, repeats):
+    """Median seconds of ``solve(A, R, penalty, max_iter=1, tol=0)`` on CuPy arrays."""
+    from msm_gpu import solve
+
+    a, rhs, _ = data
+
+    def run():
+        solve(a, rhs, penalty, backend="cuda", max_iter=1, tol=0.0)
+
+    return gpu_median(cupy, run, max(3, repeats // 3))
 
 
 def time_cpu(data_host, split, penalty, panel, repeats):
@@ -133,8 +153,13 @@ def bench_shape(cupy, backend, n, r, dtype, penalty, args):
     t_gemm = gpu_median(cupy, lambda: a @ x0, args.repeats)
     default = default_panel(n)
     panels = sorted({default, *(p for p in PANELS if p <= n)})
-    by_panel = {p: time_gpu(cupy, backend, data, split, penalty, p, args.repeats) for p in panels}
+    runs = {p: time_gpu(cupy, backend, data, split, penalty, p, args.repeats) for p in panels}
+    by_panel = {p: t for p, (t, _) in runs.items()}
     best = min(by_panel, key=by_panel.get)
+    from msm_gpu.backends.cuda_model import choose_layout
+
+    predicted = choose_layout(n, r, np.dtype(dtype).itemsize, penalty.code, default).seconds
+    t_solve = time_solve(cupy, data, penalty, args.repeats)
     row = dict(
         n=n,
         r=r,
@@ -145,6 +170,9 @@ def bench_shape(cupy, backend, n, r, dtype, penalty, args):
         default_panel=default,
         default_iter_ms=1e3 * by_panel[default],
         ratio=by_panel[best] / t_gemm,
+        layout=runs[best][1],
+        predicted_ms=1e3 * predicted,
+        solve_ms=1e3 * t_solve,
         cpu_ms=None,
         speedup=None,
     )
@@ -169,7 +197,8 @@ def print_row(row):
     cpu = f"{row['cpu_ms']:10.2f}" if row["cpu_ms"] is not None else f"{'-':>10}"
     speed = f"{row['speedup']:8.1f}" if row["speedup"] is not None else f"{'-':>8}"
     print(
-        f"{row['n']:>6} {row['r']:>8} {row['dtype']:>8} {row['iter_ms']:10.3f} "
+        f"{row['n']:>6} {row['r']:>8} {row['dtype']:>8} {row['layout']:>8} {row['iter_ms']:10.3f} "
+        f"{row['predicted_ms']:10.3f} {row['solve_ms']:10.3f} "
         f"{row['best_panel']:>5} {row['default_iter_ms']:10.3f} {row['gemm_ms']:10.3f} "
         f"{row['ratio']:6.2f} {cpu} {speed}  {verdict(row)}",
         flush=True,
@@ -211,7 +240,8 @@ def main(argv=None):
         " (n >= 256, r >= 1e4)"
     )
     print(
-        f"{'n':>6} {'r':>8} {'dtype':>8} {'iter [ms]':>10} {'T':>5} {'T=dflt':>10} "
+        f"{'n':>6} {'r':>8} {'dtype':>8} {'layout':>8} {'iter [ms]':>10} {'model[ms]':>10} "
+        f"{'solve[ms]':>10} {'T':>5} {'T=dflt':>10} "
         f"{'GEMM [ms]':>10} {'ratio':>6} {'CPU [ms]':>10} {'speedup':>8}"
     )
     rows = []

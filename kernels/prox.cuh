@@ -26,11 +26,28 @@
     type* name = reinterpret_cast<type*>(cuda_emu::dynamic_shared_memory())
 #endif
 
-// Penalty codes: keep in sync with msm_gpu/penalties.py.
-#define MSM_CODE_BOX 0
-#define MSM_CODE_L1 1
-#define MSM_CODE_L0 2
-#define MSM_CODE_LP 3
+// Penalty codes come from ONE place, msm_gpu/penalties.py (PENALTY_CODES): the loader
+// (msm_gpu/backends/cuda.py:penalty_prelude) defines MSM_CODE_<NAME> and
+// MSM_FOR_EACH_PENALTY(X) = X(box, MSM_CODE_BOX) X(l1, MSM_CODE_L1) ... before this file.
+#if !defined(MSM_CODE_BOX) || !defined(MSM_CODE_L1) || !defined(MSM_CODE_L0) || \
+    !defined(MSM_CODE_LP) || !defined(MSM_FOR_EACH_PENALTY)
+#error "penalty codes missing: compile through msm_gpu.backends.cuda.kernel_source(), which defines them from msm_gpu.penalties.PENALTY_CODES"
+#endif
+
+// Bytes of dynamic shared memory the running launch was given (device-side geometry check).
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+__device__ __forceinline__ unsigned msm_dynamic_smem_bytes()
+{
+    unsigned bytes;
+    asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
+    return bytes;
+}
+#else
+inline unsigned msm_dynamic_smem_bytes()
+{
+    return static_cast<unsigned>(cuda_emu::dynamic_shared_bytes());
+}
+#endif
 
 // --- math overloads: one name per function for float and double ----------------------
 __device__ __forceinline__ float msm_sqrt(float v) { return sqrtf(v); }
@@ -93,58 +110,48 @@ __device__ __forceinline__ void msm_lp_magnitude(T mag, T mu, T p, T& t, T& tp)
     }
 }
 
-// (z, hz) = (argmin_t 1/2 b t^2 + w t + h(t), h(z)) for penalty `code` (prox_scalar).
-template <typename T>
-__device__ __forceinline__ void msm_prox(int code, T w, T b, T lam, T lb, T ub, T p,
-                                         T& z, T& hz)
+// (z, hz) = (argmin_t 1/2 b t^2 + w t + h(t), h(z)) for the penalty CODE (prox_scalar).
+// binv = 1/b is precomputed per row on the host, so -w/b is -w * binv here (one rounding
+// apart from the CPU's division).  CODE is a compile-time constant: one kernel per code,
+// and a code without a branch below does not compile (no fall-through to Lp).
+template <int CODE, typename T>
+__device__ __forceinline__ void msm_prox(T w, T b, T binv, T lam, T lb, T ub, T p, T& z, T& hz)
 {
-    const T a = -w / b;
-    if (code == MSM_CODE_BOX) {
+    const T a = -w * binv;
+    if constexpr (CODE == MSM_CODE_BOX) {
         z = msm_clip(a, lb, ub);
         hz = T(0);
-        return;
-    }
-    if (code == MSM_CODE_L1) {
-        const T mag = msm_abs(a) - lam / b;
+    } else if constexpr (CODE == MSM_CODE_L1) {
+        const T mag = msm_abs(a) - lam * binv;
         T t = T(0);
         if (mag > T(0)) t = (a > T(0)) ? mag : -mag;
         z = msm_clip(t, lb, ub);
         hz = lam * msm_abs(z);
-        return;
-    }
-    if (code == MSM_CODE_L0) {
+    } else if constexpr (CODE == MSM_CODE_L0) {
         const T c = msm_clip(a, lb, ub);
+        z = c;
+        hz = (c != T(0)) ? lam : T(0);
         if (lb <= T(0) && ub >= T(0)) {
             if (T(0.5) * b * c * c + w * c + lam >= T(0)) {  // tie -> 0
                 z = T(0);
                 hz = T(0);
-                return;
             }
         }
-        z = c;
-        hz = (c != T(0)) ? lam : T(0);
-        return;
-    }
-    // MSM_CODE_LP
-    const T mu = lam / b;
-    const T mag = msm_abs(a);
-    if (mu <= T(0)) {
-        z = a;
-        hz = T(0);
-        return;
-    }
-    if (mag <= T(0)) {
+    } else {
+        static_assert(CODE == MSM_CODE_LP, "msm_prox: no prox for this penalty code");
+        const T mu = lam * binv;
+        const T mag = msm_abs(a);
         z = T(0);
         hz = T(0);
-        return;
+        if (mu <= T(0)) {
+            z = a;
+        } else if (mag > T(0)) {
+            T t, tp;
+            msm_lp_magnitude(mag, mu, p, t, tp);
+            if (t != T(0)) {
+                z = (a > T(0)) ? t : -t;
+                hz = lam * tp;
+            }
+        }
     }
-    T t, tp;
-    msm_lp_magnitude(mag, mu, p, t, tp);
-    if (t == T(0)) {
-        z = T(0);
-        hz = T(0);
-        return;
-    }
-    z = (a > T(0)) ? t : -t;
-    hz = lam * tp;
 }

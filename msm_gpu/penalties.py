@@ -316,3 +316,8 @@ def _lp_prox(xp, a, mu, p):
     result = xp.where(keep, xp.sign(a) * t, xp.zeros_like(a))
     # mu == 0: plain identity
     return xp.where(mu > 0, result, a)
+
+
+#: The one source of the penalty codes: the CUDA kernels get them injected at compile
+#: time (``backends/cuda.py:penalty_prelude``) and every path rejects any other code.
+PENALTY_CODES = {"BOX": CODE_BOX, "L1": CODE_L1, "L0": CODE_L0, "LP": CODE_LP}

@@ -1,13 +1,14 @@
 """The CUDA sweep, executed on the CPU by the emulator (docs/design.md).
 
 ``kernels/msm_sweep.cu`` is compiled unchanged with tests/cuda_emu/cuda_emu.hpp and
-driven through the real ``msm_gpu.backends.cuda.PanelSweepState`` (NumPy arrays and the
-emulated launcher instead of CuPy), so the panel loop, the geometry and the
-retire/compaction logic are those that run on a GPU.  Results must match the Numba sweep
-``cpu_kernels.sweep_chunks``.
+driven through the real ``msm_gpu.backends.cuda.CudaSweepState`` (NumPy arrays and the
+emulated launcher instead of CuPy; the panel GEMM is NumPy's), so the layout rule, the
+geometry, the index list and the compaction logic are those that run on a GPU.  Results
+must match the Numba sweep ``cpu_kernels.sweep_chunks``.
 
-Cost note: the emulator runs one std::thread per CUDA thread, so a case costs about
-5 us x (threads per block) x (barriers per block) x (blocks); big n goes with small r.
+Cost note: the emulator runs one std::thread per CUDA thread (up to 256 per block) and
+the blocks of a launch one after another; the kernels have one barrier per block, so a
+launch costs about the thread start-up plus the arithmetic.
 """
 
 from __future__ import annotations
@@ -34,18 +35,15 @@ from cuda_emu.reference import (  # noqa: E402
 
 from msm_gpu.backends.cuda import (  # noqa: E402
     CudaBackend,
-    PanelSweepState,
+    CudaSweepState,
+    FusedArgs,
     cuda_unavailable_reason,
 )
-from msm_gpu.backends.cuda_geometry import (  # noqa: E402
-    MAX_PANEL,
-    STATIC_SHARED_BYTES,
-    effective_panel,
-    launch_geometry,
-)
+from msm_gpu.backends.cuda_geometry import fused_shared_bytes, launches  # noqa: E402
 
 RTOL = {np.float64: 1e-12, np.float32: 1e-5}
 DTYPES = [np.float64, np.float32]
+LAYOUTS = ["fused", "resident", "panel"]
 
 pytestmark = pytest.mark.skipif(
     compiler_unavailable_reason() is not None, reason=str(compiler_unavailable_reason())
@@ -59,9 +57,9 @@ def emu(tmp_path_factory):
 
 
 def emulated_state(launcher, problem, panel, **kwargs):
-    """The real PanelSweepState on NumPy arrays, kernels run by ``launcher``."""
+    """The real CudaSweepState on NumPy arrays, kernels run by ``launcher``."""
     p = problem
-    return PanelSweepState(
+    return CudaSweepState(
         np,
         launcher,
         p.a,
@@ -77,66 +75,86 @@ def emulated_state(launcher, problem, panel, **kwargs):
 
 
 def check_one_sweep(emu, problem, panel, **kwargs):
-    """One emulated iteration against one Numba iteration; returns the new iterate."""
+    """One emulated iteration against one Numba iteration; returns the state."""
     state = emulated_state(emu, problem, panel, **kwargs)
+    x0 = problem.x0.copy()
     stats = state.sweep()
     x = state.current_x()
     z_ref, stats_ref = numba_sweep(problem, problem.x0.copy(), state.panel)
     rtol = RTOL[problem.dtype.type]
+    assert np.array_equal(problem.x0, x0), "the user's X0 was modified"
     assert x.dtype == problem.dtype and x.shape == problem.x0.shape
     assert stats.dtype == np.float64 and stats.shape == (4, problem.r.shape[1])
     assert rel_err(x, z_ref) <= rtol, f"iterate differs: {rel_err(x, z_ref):.3g}"
     assert rel_err(stats, stats_ref) <= rtol, f"stats differ: {rel_err(stats, stats_ref):.3g}"
-    return x
+    return state
 
 
-# -- every penalty, both dtypes, on a small awkward shape ----------------------------
+# -- every penalty, both dtypes, every layout, on a small awkward shape ---------------
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
 @pytest.mark.parametrize("penalty", list(PENALTIES))
-def test_every_penalty_matches_numba(emu, penalty, dtype):
-    # n = 33 with panel 16: panels of 16, 16 and 1 rows; 7 columns share one block
+def test_every_penalty_matches_numba(emu, penalty, dtype, layout):
+    # n = 33 with panel 16: panels of 16, 16 and 1 rows; 7 columns in one tile
     problem = make_problem(33, 7, dtype, penalty, seed=1)
-    x = check_one_sweep(emu, problem, panel=16)
+    state = check_one_sweep(emu, problem, panel=16, layout=layout)
+    assert state.layout == layout
     if penalty not in ("zero", "box_rows"):
         # the thresholding branches were both exercised
+        x = state.current_x()
         assert 0.05 < np.mean(x == 0) < 0.95
 
 
-# -- awkward shapes: n not a multiple of the block, n > 1024, r = 1, many columns -----
+# -- the issue's grid of shapes, with the layout the rule picks -----------------------
 
-SHAPES = [
-    # n, r, panel, dtype, penalty
-    (1, 1, 1, np.float64, "l1"),
-    (1, 300, 4, np.float32, "nonneg"),
-    (31, 300, 64, np.float64, "l0"),  # panel clipped to n; 8 columns per block
-    (33, 300, 33, np.float32, "lp_half"),  # 64-thread rows, 4 columns per block
-    (31, 7, 8, np.float32, "box_rows"),
-    (257, 7, 64, np.float64, "box_rows"),
-    (257, 1, 100, np.float32, "l1"),
-    (257, 7, 257, np.float64, "lp_two_thirds"),  # one 257-row panel: 288-thread block
-    (1500, 1, 128, np.float64, "lp_two_thirds"),
-    (1500, 3, 200, np.float64, "l0_nonneg"),
-    (1500, 1, MAX_PANEL, np.float32, "nonneg_l1"),  # 1024-thread blocks, then 476 rows
+NS = [1, 5, 20, 33, 64, 257, 1500]
+RS = [1, 31, 1000]
+NAMES = list(PENALTIES)
+GRID = [
+    (n, r, NAMES[(i * len(RS) + j) % len(NAMES)], DTYPES[(i + j) % 2])
+    for i, n in enumerate(NS)
+    for j, r in enumerate(RS)
 ]
 
 
 @pytest.mark.parametrize(
-    "n,r,panel,dtype,penalty",
-    SHAPES,
-    ids=[f"n{n}-r{r}-T{t}-{np.dtype(d).name}-{p}" for n, r, t, d, p in SHAPES],
+    "n,r,penalty,dtype",
+    GRID,
+    ids=[f"n{n}-r{r}-{p}-{np.dtype(d).name}" for n, r, p, d in GRID],
 )
-def test_shapes_match_numba(emu, n, r, panel, dtype, penalty):
-    check_one_sweep(emu, make_problem(n, r, dtype, penalty, seed=n + r), panel)
+def test_grid_matches_numba(emu, n, r, penalty, dtype):
+    """Every n x r of the issue; penalties and dtypes rotate so each n meets several."""
+    check_one_sweep(emu, make_problem(n, r, dtype, penalty, seed=n + r), panel=64)
 
 
-@pytest.mark.parametrize("target_threads", [32, 128, 1024])
-def test_block_shape_does_not_change_results(emu, target_threads):
-    problem = make_problem(40, 9, np.float64, "l1", seed=7)
-    check_one_sweep(emu, problem, panel=16, target_threads=target_threads)
-    # the state launched the geometry the pure function asked for
-    assert emu.launches[-1] == launch_geometry(8, 9, 8, target_threads=target_threads)
+def test_grid_covers_every_penalty_and_layout():
+    # the rotation above reaches every penalty, and the rule picks every layout
+    assert {p for _, _, p, _ in GRID} == set(PENALTIES)
+    from msm_gpu.backends.cuda_model import choose_layout
+
+    picked = {choose_layout(n, r, np.dtype(d).itemsize, 0, 64).layout for n, r, _, d in GRID}
+    assert picked == {"fused", "resident", "panel"}
+
+
+FORCED = [
+    # n, r, panel, layout
+    (1, 31, 4, "panel"),
+    (5, 1000, 4, "resident"),
+    (64, 31, 24, "panel"),
+    (257, 31, 64, "resident"),
+    (257, 31, 257, "panel"),  # panel clipped by shared memory
+    (20, 300, 64, "fused"),
+]
+
+
+@pytest.mark.parametrize("n,r,panel,layout", FORCED, ids=[f"{x}" for x in FORCED])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+def test_forced_layouts_match_numba(emu, n, r, panel, layout, dtype):
+    problem = make_problem(n, r, dtype, "l0", seed=3 * n + r)
+    state = check_one_sweep(emu, problem, panel=panel, layout=layout)
+    assert state.layout == layout
 
 
 def test_sor_splitting_matches_numba(emu):
@@ -144,18 +162,29 @@ def test_sor_splitting_matches_numba(emu):
     check_one_sweep(emu, problem, panel=32)
 
 
-# -- several iterations, retiring columns --------------------------------------------
+def test_smaller_shared_budget_still_matches(emu):
+    # a small budget forces narrow tiles and short panels
+    problem = make_problem(90, 40, np.float64, "l1", seed=8)
+    state = check_one_sweep(emu, problem, panel=64, smem_budget=12 * 1024)
+    assert state.layout == "panel" and state.panel < 64
 
 
+# -- several iterations, retiring columns (index list, then compaction) ---------------
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
-def test_iterations_with_retire(emu, dtype):
+def test_iterations_with_retire(emu, dtype, layout):
     problem = make_problem(45, 9, dtype, "nonneg_l1", seed=11)
     panel = 16
-    state = emulated_state(emu, problem, panel)
+    state = emulated_state(emu, problem, panel, layout=layout)
     ref = problem.x0.copy()
     active = np.arange(9)
     rtol = RTOL[np.dtype(dtype).type] * 10  # errors may grow a little over iterations
-    retire_after = {0: [1, 4, 5], 2: [0], 3: [0, 1, 2, 3, 4]}  # positions in `active`
+    # positions in `active`: 9 -> 6 -> 5 active (index list only: 5 > 9 / 2), then
+    # 5 -> 2 (compaction into 2 stored columns), then the last two
+    retire_after = {0: [1, 4, 5], 1: [0], 2: [0, 2, 3], 3: [0, 1]}
+    stored = []
     for it in range(4):
         stats = state.sweep()
         z, stats_ref = numba_sweep(problem, ref[:, active], panel, r=problem.r[:, active])
@@ -163,11 +192,12 @@ def test_iterations_with_retire(emu, dtype):
         assert np.array_equal(state.active, active)
         assert rel_err(state.current_x(), ref) <= rtol
         assert rel_err(stats, stats_ref) <= rtol
-        gone = retire_after.get(it, [])
         keep = np.ones(active.size, dtype=bool)
-        keep[gone] = False
+        keep[retire_after[it]] = False
         state.retire(keep)
         active = active[keep]
+        stored.append(state._y.shape[1])
+    assert stored == [9, 9, 2, 2], stored  # compaction once 2 of 9 were left
     assert active.size == 0 and state.sweep().shape == (4, 0)
     # retired columns keep the value they had when retired
     assert rel_err(state.current_x(), ref) <= rtol
@@ -182,11 +212,12 @@ def test_retire_rejects_wrong_length(emu):
 # -- the statistics mean what the driver assumes -------------------------------------
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("penalty", ["nonneg", "l0", "lp_half"])
-def test_stats_give_exact_objective_change(emu, penalty):
+def test_stats_give_exact_objective_change(emu, penalty, layout):
     """F(z) = F(x) + stats[0] + stats[1] - h(x), and sufficient decrease holds."""
     problem = make_problem(60, 4, np.float64, penalty, seed=5)
-    state = emulated_state(emu, problem, panel=24)
+    state = emulated_state(emu, problem, panel=24, layout=layout)
     state.sweep()  # make the iterate feasible first
     x = state.current_x()
     stats = state.sweep()
@@ -200,19 +231,57 @@ def test_stats_give_exact_objective_change(emu, penalty):
     assert np.all(f_z <= f_x - 0.5 * delta * stats[2] + 1e-10 * np.abs(f_x))
 
 
-# -- the emulator catches a race in the right-looking update -------------------------
+# -- device-side checks ---------------------------------------------------------------
 
-BARRIER_LINE = "#define MSM_ROW_BARRIER() __syncthreads()"
+
+def test_kernel_of_another_code_sets_the_error_flag(emu):
+    problem = make_problem(12, 5, np.float64, "l1", seed=4)
+    state = emulated_state(emu, problem, panel=8, layout="fused")
+    state._kernel = state._kernel.replace("_l1_", "_box_")  # launch the BOX kernel
+    with pytest.raises(RuntimeError, match="another penalty code"):
+        state.sweep()
+
+
+def test_too_little_shared_memory_sets_the_error_flag(emu):
+    problem = make_problem(12, 5, np.float64, "l1", seed=4)
+    state = emulated_state(emu, problem, panel=8, layout="fused")
+    need = fused_shared_bytes(12, state.choice.tw, 8, state.choice.a_in_smem)
+    (geometry,) = launches(state._kernel, 5, state.choice.tw, need - 8)
+    stats = np.zeros((4, 5))
+    args = FusedArgs(
+        state._y, state._r, 5, np.arange(5), 5, state._amat, state._rowtab, stats, 5,
+        state._err, problem.penalty.code, 12, int(state.choice.a_in_smem),
+    )  # fmt: skip
+    before = state._y.copy()
+    emu(geometry, args)
+    assert state._err[0] == 2  # MSM_ERR_SMEM, and nothing was written
+    assert np.array_equal(state._y, before)
+
+
+def test_unknown_code_fails_before_any_launch(emu):
+    problem = make_problem(6, 3, np.float64, "l1", seed=0)
+    launched = len(emu.launches)
+    p = problem
+    with pytest.raises(ValueError, match="unknown penalty code 7"):
+        CudaSweepState(
+            np, emu, p.a, p.r, p.x0, p.splitting.b_diag, p.splitting.c_diag, p.table, 7, 4
+        )
+    assert len(emu.launches) == launched
+
+
+# -- the emulator catches a race: the staging barrier removed --------------------------
+
+BARRIER_LINE = "#define MSM_STAGE_BARRIER() __syncthreads()"
 
 
 @pytest.fixture(scope="module")
-def emu_without_row_barrier(tmp_path_factory):
-    """The kernel with the per-row barrier removed (a copy; the repository is untouched)."""
+def emu_without_barrier(tmp_path_factory):
+    """The kernel with the staging barrier removed (a copy; the repository is untouched)."""
     source = (KERNEL_DIR / "msm_sweep.cu").read_text()
     assert source.count(BARRIER_LINE) == 1
     build = tmp_path_factory.mktemp("cuda_emu_broken")
-    broken = build / "msm_sweep_no_row_barrier.cu"
-    broken.write_text(source.replace(BARRIER_LINE, "#define MSM_ROW_BARRIER()"))
+    broken = build / "msm_sweep_no_barrier.cu"
+    broken.write_text(source.replace(BARRIER_LINE, "#define MSM_STAGE_BARRIER()"))
     return build_emulator(build, kernel_file=broken, name="libmsm_emu_broken.so")
 
 
@@ -231,76 +300,24 @@ def skewed():
         lib.set_skew(-1, 0)
 
 
-def test_missing_row_barrier_is_caught(emu_without_row_barrier, skewed):
-    # Thread 0 owns row 0 and sleeps: without the barrier the threads of rows 1.. read
-    # z_0's shared slot before it is written, so their updates are wrong.
-    problem = make_problem(8, 1, np.float64, "zero", seed=2)
-    state = emulated_state(skewed(emu_without_row_barrier), problem, panel=8)
-    state.sweep()
+@pytest.mark.parametrize("layout", ["fused", "panel"])
+def test_missing_barrier_is_caught(emu_without_barrier, skewed, layout):
+    # Thread 0 stages entries 0, tw, 2 tw, ... of A and of the row table, and sleeps:
+    # without the barrier the other threads read those entries before they are written.
+    problem = make_problem(8, 3, np.float64, "zero", seed=2)
+    state = emulated_state(skewed(emu_without_barrier), problem, panel=8, layout=layout)
+    with np.errstate(all="ignore"):
+        state.sweep()
     z_ref, _ = numba_sweep(problem, problem.x0.copy(), 8)
-    assert rel_err(state.current_x(), z_ref) > 1e-3
+    x = state.current_x()
+    assert not np.all(np.isfinite(x)) or rel_err(x, z_ref) > 1e-3
 
 
-def test_skew_alone_keeps_results(emu, skewed):
+@pytest.mark.parametrize("layout", ["fused", "panel"])
+def test_skew_alone_keeps_results(emu, skewed, layout):
     # the same schedule with the barrier in place: still exact
-    problem = make_problem(8, 1, np.float64, "zero", seed=2)
-    check_one_sweep(skewed(emu), problem, panel=8)
-
-
-# -- the launch geometry, on its own -------------------------------------------------
-
-
-def test_geometry_one_thread_per_row_whole_warps():
-    for rows in (1, 31, 32, 33, 100, 257, 1024):
-        g = launch_geometry(rows, 1, 8)
-        assert g.block[0] % 32 == 0 and rows <= g.block[0] < rows + 32
-        assert g.grid == (1, 1, 1) and g.cols_per_block == 1
-        assert g.shared_bytes == rows * 8
-        assert g.threads_per_block <= 1024
-
-
-def test_geometry_packs_small_panels():
-    g = launch_geometry(16, 300, 4)
-    assert g.block == (32, 8, 1) and g.grid == (38, 1, 1)  # 8 * 38 = 304 >= 300
-    assert g.shared_bytes == 8 * 16 * 4
-    assert g.kernel == "msm_panel_sweep_f32"
-    g = launch_geometry(16, 3, 8)  # never more columns per block than columns
-    assert g.block == (32, 3, 1) and g.grid == (1, 1, 1)
-    assert g.kernel == "msm_panel_sweep_f64"
-    g = launch_geometry(100, 1000, 8, target_threads=1024)
-    assert g.block == (128, 8, 1) and g.grid == (125, 1, 1)
-
-
-def test_geometry_covers_every_column():
-    for rows in (1, 17, 64, 200, 1024):
-        for cols in (1, 2, 7, 300, 10**6):
-            g = launch_geometry(rows, cols, 4)
-            assert g.grid[0] * g.cols_per_block >= cols > (g.grid[0] - 1) * g.cols_per_block
-            assert g.threads_per_block <= 1024
-            # dynamic + static shared memory fits without the opt-in
-            assert not g.needs_shared_opt_in
-            assert g.shared_bytes + STATIC_SHARED_BYTES <= 48 * 1024
-
-
-def test_geometry_rejects_bad_input():
-    with pytest.raises(ValueError):
-        launch_geometry(0, 1, 8)
-    with pytest.raises(ValueError):
-        launch_geometry(1025, 1, 8)
-    with pytest.raises(ValueError):
-        launch_geometry(10, 0, 8)
-    with pytest.raises(ValueError):
-        launch_geometry(10, 1, 2)
-    with pytest.raises(ValueError):
-        launch_geometry(10, 1, 8, target_threads=48)
-
-
-def test_effective_panel():
-    assert effective_panel(1, 64) == 1
-    assert effective_panel(100, 64) == 64
-    assert effective_panel(5000, 4096) == MAX_PANEL
-    with pytest.raises(ValueError):
-        effective_panel(10, 0)
+    problem = make_problem(8, 3, np.float64, "zero", seed=2)
+    check_one_sweep(skewed(emu), problem, panel=8, layout=layout)
 
 
 # -- without CuPy / GPU ----------------------------------------------------------------
@@ -331,12 +348,16 @@ class FakeRawKernel:
 
     def __call__(self, grid, block, args, shared_mem=0):
         assert len(grid) == 3 and len(block) == 3
-        arrays, scalars = args[:7], args[7:]
-        assert all(isinstance(a, np.ndarray) for a in arrays)
-        assert all(type(s) is np.int32 for s in scalars) and len(scalars) == 5
-        fn = getattr(self.emu.lib, "emu_" + self.name)
-        status = fn(*grid, *block, shared_mem, *(a.ctypes.data for a in arrays), *map(int, scalars))
-        assert status == 0
+        fn = self.emu.function(self.name)
+        assert len(args) == len(fn.argtypes) - 3
+        values = []
+        for a in args:
+            if isinstance(a, np.ndarray):
+                values.append(a.ctypes.data)
+            else:
+                assert type(a) in (np.int32, np.int64), type(a)
+                values.append(int(a))
+        assert fn(grid[0], block[0], shared_mem, *values) == 0
 
 
 class FakeRawModule:
@@ -347,14 +368,16 @@ class FakeRawModule:
         return FakeRawKernel(self.emu, name)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
-def test_cupy_launcher_argument_order(emu, dtype):
+def test_cupy_launcher_argument_order(emu, dtype, layout):
     from msm_gpu.backends.cuda import CupyLauncher
 
     problem = make_problem(50, 6, dtype, "l0_nonneg", seed=13)
-    state = emulated_state(CupyLauncher(FakeRawModule(emu)), problem, 20)
+    launcher = CupyLauncher(FakeRawModule(emu), gemm=emu.gemm)
+    state = emulated_state(launcher, problem, 20, layout=layout)
     stats = state.sweep()
-    z_ref, stats_ref = numba_sweep(problem, problem.x0.copy(), 20)
+    z_ref, stats_ref = numba_sweep(problem, problem.x0.copy(), state.panel)
     assert rel_err(state.current_x(), z_ref) <= RTOL[np.dtype(dtype).type]
     assert rel_err(stats, stats_ref) <= RTOL[np.dtype(dtype).type]
 

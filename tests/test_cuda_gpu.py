@@ -48,7 +48,7 @@ def backend():
     return CudaBackend()
 
 
-def gpu_state(backend, cupy, problem, panel):
+def gpu_state(backend, cupy, problem, panel, **kwargs):
     p = problem
     return backend.start(
         cupy.asarray(p.a),
@@ -58,6 +58,7 @@ def gpu_state(backend, cupy, problem, panel):
         p.table,
         p.penalty.code,
         panel,
+        **kwargs,
     )
 
 
@@ -72,8 +73,8 @@ def assert_matches(got, want, dtype, penalty):
         assert rel_err(got, want) <= rtol, f"relative error {rel_err(got, want):.3g}"
 
 
-def check_one_sweep(backend, cupy, problem, panel, penalty):
-    state = gpu_state(backend, cupy, problem, panel)
+def check_one_sweep(backend, cupy, problem, panel, penalty, **kwargs):
+    state = gpu_state(backend, cupy, problem, panel, **kwargs)
     stats = state.sweep()
     x = cupy.asnumpy(state.current_x())
     z_ref, stats_ref = numba_sweep(problem, problem.x0.copy(), state.panel)
@@ -83,11 +84,20 @@ def check_one_sweep(backend, cupy, problem, panel, penalty):
         assert rel_err(cupy.asnumpy(stats), stats_ref) <= RTOL[np.dtype(problem.dtype).type]
 
 
+@pytest.mark.parametrize("layout", ["fused", "resident", "panel"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("penalty", list(PENALTIES))
-def test_every_penalty_matches_numba(backend, cupy, penalty, dtype):
-    problem = make_problem(257, 300, dtype, penalty, seed=1)
-    check_one_sweep(backend, cupy, problem, 64, penalty)
+def test_every_penalty_matches_numba(backend, cupy, penalty, dtype, layout):
+    n = 60 if layout == "fused" else 257  # fused: A must fit in shared memory
+    problem = make_problem(n, 300, dtype, penalty, seed=1)
+    check_one_sweep(backend, cupy, problem, 64, penalty, layout=layout)
+
+
+def test_tf32_setting_does_not_change_the_panel_gemm(backend, cupy, monkeypatch):
+    monkeypatch.setenv("CUPY_TF32", "1")
+    monkeypatch.setenv("NVIDIA_TF32_OVERRIDE", "1")
+    problem = make_problem(300, 500, np.float32, "nonneg", seed=2)
+    check_one_sweep(backend, cupy, problem, 64, "nonneg", layout="panel")
 
 
 SHAPES = [

@@ -46,6 +46,20 @@ def fold_matrix(a, c_diag, panel):
     return folded
 
 
+def check_penalty_code(code) -> int:
+    """``code`` as an int if it is one of ``penalties.PENALTY_CODES``, else ValueError."""
+    from ..penalties import PENALTY_CODES
+
+    if isinstance(code, bool) or not isinstance(code, (int, np.integer)):
+        raise TypeError(f"penalty code must be an int, got {type(code).__name__}")
+    if int(code) not in PENALTY_CODES.values():
+        raise ValueError(
+            f"unknown penalty code {code}: known codes are {PENALTY_CODES} "
+            "(msm_gpu.penalties.PENALTY_CODES)"
+        )
+    return int(code)
+
+
 def default_panel(n: int) -> int:
     """Rows per panel T: measured best 32-64 for n ~ 200-256, 128 for n ~ 1000."""
     if n <= 128:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import N_STATS, Backend, SweepState, fold_matrix
+from .base import N_STATS, Backend, SweepState, check_penalty_code, fold_matrix
 from .threads import serial_numba_blas
 
 #: Columns per chunk (one Numba thread sweeps one chunk, calling 1-thread BLAS).
@@ -145,6 +145,7 @@ class CpuBackend(Backend):
         return x
 
     def start(self, a, r, x0, splitting, table, code, panel):
+        check_penalty_code(code)
         afold = np.ascontiguousarray(fold_matrix(a, splitting.c_diag, panel))
         b_diag = np.asarray(splitting.b_diag, dtype=a.dtype)
         table = np.ascontiguousarray(table, dtype=a.dtype)

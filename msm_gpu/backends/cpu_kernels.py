@@ -14,7 +14,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from ..penalties import CODE_BOX, CODE_L0, CODE_L1
+from ..penalties import CODE_BOX, CODE_L0, CODE_L1, CODE_LP
 
 
 @njit(cache=True, inline="always")
@@ -36,6 +36,11 @@ def prox_scalar(code, w, b, lam, lb, ub, p):
             if 0.5 * b * c * c + w * c + lam >= 0.0:  # tie -> 0
                 return 0.0, 0.0
         return c, (lam if c != 0.0 else 0.0)
+    if code != CODE_LP:
+        # Unknown code: flag it with NaN, never fall through to the Lp prox.  (No raise
+        # here: it would stop Numba from parallelising the sweep's prange loop; the
+        # sweep and CpuBackend.start raise before any row is solved.)
+        return math.nan, math.nan
     # CODE_LP: argmin 1/2 (t - a)^2 + mu |t|^p, see penalties._lp_prox
     mu = lam / b
     mag = abs(a)
@@ -145,6 +150,8 @@ def _sweep_chunks(afold, b_diag, code, params, r_chunks, y_chunks, ncols, panel,
         so that F(z) = F(x) + stats[0] + stats[1] - sum_j h(x_j)   (exact identity,
         see driver.py).
     """
+    if code != CODE_BOX and code != CODE_L1 and code != CODE_L0 and code != CODE_LP:
+        raise ValueError("unknown penalty code (see penalties.PENALTY_CODES)")
     n_chunks = y_chunks.shape[0]
     n = y_chunks.shape[1]
     width = y_chunks.shape[2]

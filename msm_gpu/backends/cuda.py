@@ -1,20 +1,29 @@
-"""CUDA backend: CuPy arrays, cuBLAS panel GEMMs and the sweep kernel of kernels/msm_sweep.cu.
+"""CUDA backend: CuPy arrays and the sweep kernels of kernels/msm_sweep.cu.
 
-One MSM iteration runs panel by panel (docs/design.md).  For the panel P = [p0, p1)
+Layout: the iterate and R stay in the user's own row-major ``(n, r)`` layout; a thread
+owns one column, a block a tile of columns (``kernels/msm_sweep.cu``).  Which of the
+layouts runs is decided once per state by :func:`cuda_model.choose_layout` (the same
+rule ``benchmarks/gpu_model.py`` prints):
 
-    W = Y' afold[P, :]'      (one cuBLAS GEMM, all active columns at once)
+* ``fused`` / ``resident``: one kernel per iteration, each block keeps its columns in
+  shared memory for the whole sweep; A in shared memory (fused) or through L1/L2;
+* ``panel``: per panel P one cuBLAS GEMM ``W = afold[P, :] @ Y`` (float32 compute type
+  pinned: never TF32) and the in-panel kernel.
 
-then the kernel ``msm_panel_sweep_{f32,f64}`` solves the rows of P in order with the
-right-looking in-panel update, one thread block per column.
+Retiring columns copies nothing: the kernels read the active columns through an index
+list.  When at most :data:`COMPACT_FRACTION` of the stored columns are still active
+they are gathered into new contiguous arrays (geometric, so at most about one extra copy
+of X and R per run) and the retired values are kept aside.
 
-Layout: the iterate, R and W are stored *column-major* as the kernel wants them, i.e. as
-C-ordered arrays of shape ``(n_active, n)`` (row k = problem k).  Hence the GEMM above
-is ``W = Y_t @ afold[P, :].T`` with ``Y_t`` of shape (n_active, n).
+The sweep state (:class:`CudaSweepState`) is written against an array module ``xp``
+(``cupy`` in production, ``numpy`` in tests) and a *launcher*: ``launcher(geometry,
+args)`` runs one kernel launch and ``launcher.gemm(a_rows, y, out)`` the panel GEMM.  The
+CuPy launcher calls the compiled kernels and cuBLAS; the tests' launcher runs the same
+``.cu`` file in the CPU emulator (tests/cuda_emu).
 
-The panel loop (:class:`PanelSweepState`) is written against an array module ``xp``
-(``cupy`` in production, ``numpy`` in tests) and a *launcher* callable
-``launcher(geometry, args)``: the CuPy launcher calls the compiled kernel, the tests'
-launcher calls the same ``.cu`` file compiled for the CPU emulator (tests/cuda_emu).
+Penalty codes come from ``penalties.PENALTY_CODES`` only: :func:`penalty_prelude`
+defines them for the compiler, the host refuses unknown codes before any launch and
+each kernel checks on the device that it was launched for its own code.
 
 CuPy is imported lazily: importing this module never needs a GPU.
 """
@@ -28,11 +37,29 @@ from pathlib import Path
 import numpy as np
 
 from ..arrays import to_host
-from .base import N_STATS, Backend, SweepState, fold_matrix
-from .cuda_geometry import DEFAULT_TARGET_THREADS, effective_panel, launch_geometry
+from ..penalties import PENALTY_CODES
+from .base import N_STATS, Backend, SweepState, check_penalty_code, fold_matrix
+from .cuda_geometry import (
+    DEFAULT_SMEM_BUDGET,
+    ROWTAB,
+    effective_panel,
+    fused_shared_bytes,
+    kernel_name,
+    launches,
+    padded,
+    panel_shared_bytes,
+)
+from .cuda_model import H100, candidates, choose_layout
 
 KERNEL_FILE = "msm_sweep.cu"
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
+#: Compact the stored columns when at most this fraction of them is still active.
+COMPACT_FRACTION = 0.5
+#: Error bits of the kernels' device flag (MSM_ERR_* in msm_sweep.cu).
+DEVICE_ERRORS = {
+    1: "a kernel was launched for another penalty code than its own",
+    2: "a kernel got less dynamic shared memory than its layout needs",
+}
 
 
 # ------------------------------------------------------------------------------------
@@ -70,11 +97,15 @@ def cuda_unavailable_reason() -> str | None:
 def kernel_dir() -> Path:
     """Directory holding ``msm_sweep.cu`` and ``prox.cuh``.
 
-    Package data ``msm_gpu/kernels`` in an installed wheel; the repository's top-level
-    ``kernels/`` directory in a source checkout.
+    The ``kernels/`` directory beside this package in a source checkout (checked first:
+    an editable install of another checkout must not hand out that checkout's kernels),
+    else package data ``msm_gpu/kernels`` of an installed wheel.
     """
     from importlib.resources import files
 
+    repo = Path(__file__).resolve().parents[2] / "kernels"
+    if (repo / KERNEL_FILE).is_file():
+        return repo
     for package, sub in (("msm_gpu.kernels", ""), ("msm_gpu", "kernels")):
         try:
             packaged = Path(str(files(package))) / sub
@@ -82,24 +113,38 @@ def kernel_dir() -> Path:
             continue
         if (packaged / KERNEL_FILE).is_file():
             return packaged
-    repo = Path(__file__).resolve().parents[2] / "kernels"
-    if (repo / KERNEL_FILE).is_file():
-        return repo
     raise FileNotFoundError(
-        f"CUDA kernel sources not found: looked for {KERNEL_FILE} in package data "
-        f"msm_gpu/kernels and in {repo}"
+        f"CUDA kernel sources not found: looked for {KERNEL_FILE} in {repo} and in "
+        "package data msm_gpu/kernels"
     )
 
 
-def kernel_source(path: Path | None = None) -> str:
-    """The kernel file with its local ``#include "..."`` files pasted in.
+def penalty_prelude(codes=None) -> str:
+    """``#define`` lines of the penalty codes, from ``penalties.PENALTY_CODES``.
+
+    Defines ``MSM_CODE_<NAME>`` for every entry and ``MSM_FOR_EACH_PENALTY(X)``, which
+    expands to ``X(<name>, MSM_CODE_<NAME>)`` per entry (one kernel per code).  ``codes``
+    replaces the dict (tests: a missing code must stop the compilation).
+    """
+    codes = PENALTY_CODES if codes is None else codes
+    lines = ["// generated by msm_gpu.backends.cuda.penalty_prelude from PENALTY_CODES"]
+    for key, code in codes.items():
+        lines.append(f"#define MSM_CODE_{key} {int(code)}")
+    each = " ".join(f"X({key.lower()}, MSM_CODE_{key})" for key in codes)
+    lines.append(f"#define MSM_FOR_EACH_PENALTY(X) {each}")
+    return "\n".join(lines) + "\n"
+
+
+def kernel_source(path: Path | None = None, codes=None) -> str:
+    """The text handed to NVRTC: :func:`penalty_prelude` + the kernel file with its local
+    ``#include "..."`` files pasted in.
 
     ``#line`` directives keep compiler messages pointing at the original files, and
     the pasted text makes CuPy's on-disk kernel cache (keyed by the source text) see
-    changes to the headers too.
+    changes to the headers and to the codes too.
     """
     path = Path(path) if path is not None else kernel_dir() / KERNEL_FILE
-    return _expand(path.resolve(), seen=set())
+    return penalty_prelude(codes) + _expand(path.resolve(), seen=set())
 
 
 def _expand(path: Path, seen: set) -> str:
@@ -150,66 +195,191 @@ def load_module(cupy):
 
 
 @dataclass
-class PanelArgs:
-    """Arguments of one panel launch, in the kernel's order (see msm_sweep.cu).
+class FusedArgs:
+    """Arguments of one fused launch, in the kernel's order (``MSM_FUSED_ARGS``).
 
-    Arrays are C-contiguous: ``w`` (ncols, rows), ``y`` and ``r`` (ncols, n), ``afold``
-    (n, n), ``b_diag`` (n,), ``params`` (n, 4), ``stats`` (4, ncols) float64.
+    ``y``, ``r`` (n, ld) C order; ``cols`` int64 (ncols,) positions in [0, ld);
+    ``amat`` (np, np); ``rowtab`` (np, 8); ``stats`` float64 view with row stride
+    ``ld_stats`` and ``ncols`` columns; ``err`` int32 (1,).
     """
+
+    y: object
+    r: object
+    ld: int
+    cols: object
+    ncols: int
+    amat: object
+    rowtab: object
+    stats: object
+    ld_stats: int
+    err: object
+    code: int
+    n: int
+    a_in_smem: int
+
+
+@dataclass
+class PanelArgs:
+    """Arguments of one panel launch (``MSM_PANEL_ARGS``); ``w`` is (m, ld) C order."""
 
     w: object
     y: object
     r: object
-    afold: object
-    b_diag: object
-    params: object
+    ld: int
+    cols: object
+    ncols: int
+    amat: object
+    rowtab: object
     stats: object
+    ld_stats: int
+    err: object
     code: int
     n: int
-    ncols: int
     p0: int
-    rows: int
+    m: int
+    first_panel: int
+
+
+# cuBLAS enums (cublas_api.h / library_types.h)
+CUBLAS_OP_N = 0
+CUDA_R_32F, CUDA_R_64F = 0, 1
+CUBLAS_COMPUTE_32F_PEDANTIC = 69  # float32 products and sums, never TF32
+CUBLAS_COMPUTE_64F_PEDANTIC = 71
+CUBLAS_GEMM_DEFAULT = -1
+_INT_MAX = 2**31 - 1
+
+
+def gemm_call(m, n, ld, itemsize, a_ptr, y_ptr, w_ptr, alpha_ptr, beta_ptr):
+    """Arguments of ``cublas.gemmEx`` (after the handle) for W = A_P @ Y, row-major.
+
+    ``A_P`` (m, n), ``Y`` (n, ld), ``W`` (m, ld), all C order: in cuBLAS's column-major
+    view that is ``W' (ld x m) = Y' (ld x n) @ A_P' (n x m)`` with no transposes.  The
+    compute type is pinned to the PEDANTIC float32/float64 type: cuBLAS then never uses
+    TF32, whatever ``CUPY_TF32`` or ``NVIDIA_TF32_OVERRIDE`` say (TF32 would break the
+    sufficient-decrease guarantee of MSM).
+    """
+    if max(m, n, ld) > _INT_MAX:
+        raise ValueError(f"the panel GEMM needs m, n, ld < 2**31, got {(m, n, ld)}")
+    dtype = CUDA_R_32F if itemsize == 4 else CUDA_R_64F
+    compute = CUBLAS_COMPUTE_32F_PEDANTIC if itemsize == 4 else CUBLAS_COMPUTE_64F_PEDANTIC
+    return (
+        CUBLAS_OP_N,
+        CUBLAS_OP_N,
+        ld,
+        m,
+        n,
+        alpha_ptr,
+        y_ptr,
+        dtype,
+        ld,
+        a_ptr,
+        dtype,
+        n,
+        beta_ptr,
+        w_ptr,
+        dtype,
+        ld,
+        compute,
+        CUBLAS_GEMM_DEFAULT,
+    )
+
+
+class CublasGemm:
+    """``gemm(a_rows, y, out)``: out = a_rows @ y by cuBLAS with the compute type pinned."""
+
+    def __init__(self, cupy):
+        self._cupy = cupy
+        self._scalars = {
+            np.dtype(t): (np.ones(1, dtype=t), np.zeros(1, dtype=t))
+            for t in (np.float32, np.float64)
+        }
+
+    def __call__(self, a_rows, y, out):
+        from cupy.cuda import cublas, device
+
+        (m, n), ld = a_rows.shape, y.shape[1]
+        for arr in (a_rows, y, out):
+            if not arr.flags.c_contiguous:
+                raise ValueError("the panel GEMM needs C-contiguous operands")
+        one, zero = self._scalars[np.dtype(y.dtype)]
+        args = gemm_call(
+            m,
+            n,
+            ld,
+            y.dtype.itemsize,
+            a_rows.data.ptr,
+            y.data.ptr,
+            out.data.ptr,
+            one.ctypes.data,
+            zero.ctypes.data,
+        )
+        cublas.gemmEx(device.get_cublas_handle(), *args)
 
 
 class CupyLauncher:
-    """``launcher(geometry, args)`` that runs the compiled kernel on the current device."""
+    """``launcher(geometry, args)`` runs a compiled kernel on the current device;
+    ``launcher.gemm`` is the panel GEMM (:class:`CublasGemm` unless given)."""
 
-    def __init__(self, module):
+    def __init__(self, module, gemm=None):
         self._module = module
         self._functions = {}
+        self.gemm = gemm if gemm is not None else CublasGemm(_import_cupy())
 
     def _function(self, name):
         if name not in self._functions:
             self._functions[name] = self._module.get_function(name)
         return self._functions[name]
 
-    def __call__(self, geometry, args: PanelArgs):
+    def __call__(self, geometry, args):
         fn = self._function(geometry.kernel)
         if (
             geometry.needs_shared_opt_in
             and fn.max_dynamic_shared_size_bytes < geometry.shared_bytes
         ):
             fn.max_dynamic_shared_size_bytes = geometry.shared_bytes
-        i32 = np.int32
-        fn(
-            geometry.grid,
-            geometry.block,
-            (
+        i32, i64 = np.int32, np.int64
+        if isinstance(args, FusedArgs):
+            values = (
+                args.y,
+                args.r,
+                i64(args.ld),
+                args.cols,
+                i32(args.ncols),
+                args.amat,
+                args.rowtab,
+                args.stats,
+                i64(args.ld_stats),
+                args.err,
+                i32(args.code),
+                i32(args.n),
+                i32(args.a_in_smem),
+            )
+        else:
+            values = (
                 args.w,
                 args.y,
                 args.r,
-                args.afold,
-                args.b_diag,
-                args.params,
+                i64(args.ld),
+                args.cols,
+                i32(args.ncols),
+                args.amat,
+                args.rowtab,
                 args.stats,
+                i64(args.ld_stats),
+                args.err,
                 i32(args.code),
                 i32(args.n),
-                i32(args.ncols),
                 i32(args.p0),
-                i32(args.rows),
-            ),
-            shared_mem=geometry.shared_bytes,
-        )
+                i32(args.m),
+                i32(args.first_panel),
+            )
+        fn(geometry.grid, geometry.block, values, shared_mem=geometry.shared_bytes)
+
+
+def _import_cupy():
+    import cupy
+
+    return cupy
 
 
 # ------------------------------------------------------------------------------------
@@ -217,25 +387,52 @@ class CupyLauncher:
 # ------------------------------------------------------------------------------------
 
 
-class PanelSweepState(SweepState):
-    """MSM iterate in the kernel's layout, swept panel by panel.
+def row_table(b_diag, c_diag, table, dtype):
+    """Per-row device table (np, 8): [B_jj, 1/B_jj, lam, lb, ub, p, C_jj, 0], zero padded."""
+    b = np.asarray(to_host(b_diag), dtype=np.float64).reshape(-1)
+    c = np.asarray(to_host(c_diag), dtype=np.float64).reshape(-1)
+    params = np.asarray(to_host(table), dtype=np.float64)
+    n = b.shape[0]
+    if c.shape != (n,) or params.shape != (n, 4):
+        raise ValueError("b_diag and c_diag must have shape (n,) and the penalty table (n, 4)")
+    out = np.zeros((padded(n), ROWTAB), dtype=np.float64)
+    out[:, 0] = out[:, 1] = 1.0
+    out[:n, 0] = b
+    out[:n, 1] = 1.0 / b
+    out[:n, 2:6] = params
+    out[:n, 6] = c
+    return out.astype(dtype)
+
+
+class CudaSweepState(SweepState):
+    """MSM iterate in the user's (n, r) layout, swept by the kernels of msm_sweep.cu.
 
     Parameters
     ----------
     xp : module
-        ``cupy`` or ``numpy`` (the real modules: ``matmul(out=)`` is used).
+        ``cupy`` or ``numpy``.
     launcher : callable
-        ``launcher(geometry, PanelArgs)`` runs one panel of the sweep kernel.
+        ``launcher(geometry, FusedArgs | PanelArgs)``; ``launcher.gemm(a, y, out)``.
     a, r, x0 : arrays of ``xp``
-        A (n, n), R and X0 (n, r).
+        A (n, n), R and X0 (n, r); never modified.
     b_diag, c_diag : array-like (n,)
         Diagonals of B and C (``splitting.Splitting``).
     table : array-like (n, 4)
         Penalty parameters ``[lam, lb, ub, p]``; ``code`` the penalty code.
     panel : int
-        Rows per panel; clipped by :func:`cuda_geometry.effective_panel` (<= 1024).
-    target_threads : int
-        Passed to :func:`cuda_geometry.launch_geometry`.
+        Rows per panel of the panel layout (clipped by ``effective_panel``).
+    layout : {"fused", "resident", "panel"}, optional
+        Force a layout (tests, benchmarks); default: ``cuda_model.choose_layout``.
+    smem_budget : int
+        Shared memory per block the layouts may use.
+    device : cuda_model.Device
+        Rates for the layout rule.
+
+    Raises
+    ------
+    ValueError
+        Unknown penalty code (before anything is launched), mismatched shapes, or a
+        forced layout that does not fit.
     """
 
     def __init__(
@@ -251,78 +448,154 @@ class PanelSweepState(SweepState):
         code,
         panel,
         *,
-        target_threads=DEFAULT_TARGET_THREADS,
+        layout=None,
+        smem_budget=DEFAULT_SMEM_BUDGET,
+        device=H100,
     ):
+        self._code = check_penalty_code(code)
         n = a.shape[0]
         if a.shape != (n, n) or r.ndim != 2 or r.shape[0] != n or x0.shape != r.shape:
             raise ValueError(f"shapes do not match: A {a.shape}, R {r.shape}, X0 {x0.shape}")
-        dtype = np.result_type(a.dtype, r.dtype)
+        dtype = np.dtype(np.result_type(a.dtype, r.dtype))
         if dtype not in (np.float32, np.float64):
             raise TypeError(f"the CUDA sweep runs in float32 or float64, not {dtype}")
         self._xp = xp
         self._launch = launcher
         self._n = n
-        self._dtype = np.dtype(dtype)
-        self._code = int(code)
-        self._target_threads = int(target_threads)
-        self.panel = effective_panel(n, panel)
-        c_dev = xp.asarray(np.asarray(to_host(c_diag), dtype=np.float64))
-        self._afold = xp.ascontiguousarray(fold_matrix(a, c_dev, self.panel), dtype=dtype)
-        self._b = xp.ascontiguousarray(xp.asarray(to_host(b_diag), dtype=dtype))
-        self._params = xp.ascontiguousarray(xp.asarray(to_host(table), dtype=dtype))
-        if self._b.shape != (n,) or self._params.shape != (n, 4):
-            raise ValueError("b_diag must have shape (n,) and the penalty table (n, 4)")
-        # (n_active, n) C order == n x n_active column-major (module docstring)
-        self._y = xp.array(x0.T, dtype=dtype, order="C", copy=True)
-        self._r = xp.array(r.T, dtype=dtype, order="C", copy=True)
-        self._y_all = None  # all columns, made at the first retire (saves memory)
-        self.active = np.arange(r.shape[1])
-        self._w = xp.empty(max(1, r.shape[1] * self.panel), dtype=dtype)
-        # panels and the transposed GEMM operand afold[P, :].T (a view, no copy)
-        self._panels = [
-            (p0, min(p0 + self.panel, n), self._afold[p0 : min(p0 + self.panel, n)].T)
-            for p0 in range(0, n, self.panel)
-        ]
-        self._geometries = {}
-
-    def _geometry(self, rows, ncols):
-        key = (rows, ncols)
-        if key not in self._geometries:
-            self._geometries[key] = launch_geometry(
-                rows, ncols, self._dtype.itemsize, target_threads=self._target_threads
+        self._dtype = dtype
+        ncols = r.shape[1]
+        panel_rows = effective_panel(n, panel, dtype.itemsize)
+        if layout is None:
+            self.choice = choose_layout(
+                n, ncols, dtype.itemsize, self._code, panel_rows, device, smem_budget
             )
-        return self._geometries[key]
+        else:
+            options = [
+                c
+                for c in candidates(
+                    n, max(ncols, 1), dtype.itemsize, self._code, panel_rows, device, smem_budget
+                )
+                if c.layout == layout
+            ]
+            if not options:
+                raise ValueError(f"layout {layout!r} does not fit n = {n} in {smem_budget} bytes")
+            self.choice = min(options, key=lambda c: (c.seconds, -c.tw))
+        self.layout = self.choice.layout
+        self.panel = self.choice.panel if self.layout == "panel" else n
+        np_ = padded(n)
+        self._rowtab = xp.asarray(row_table(b_diag, c_diag, table, dtype))
+        c_host = np.asarray(to_host(c_diag), dtype=np.float64)
+        a_host = np.asarray(to_host(a), dtype=np.float64)
+        if self.layout == "panel":
+            mat = fold_matrix(a_host, c_host, self.panel)
+            self._afold = xp.asarray(np.ascontiguousarray(mat, dtype=dtype))
+            kind = "panel"
+        else:
+            mat = a_host.copy()
+            mat[np.diag_indices(n)] = c_host
+            kind = "fused"
+        amat = np.zeros((np_, np_), dtype=dtype)
+        amat[:n, :n] = mat
+        self._amat = xp.asarray(amat)
+        self._kernel = kernel_name(kind, self._code, dtype.itemsize)
+        # the iterate in the user's layout (a copy), R as given when it already fits
+        self._y = xp.array(x0, dtype=dtype, order="C", copy=True)
+        self._r = xp.ascontiguousarray(xp.asarray(r, dtype=dtype))
+        self._r_full = self._r
+        self._store = None  # all columns, kept aside at the first compaction
+        self._ycols = np.arange(ncols)  # user column of each stored column
+        self._pos = np.arange(ncols)  # stored position of each active column
+        self._pos_dev = xp.asarray(self._pos, dtype=xp.int64)
+        self.active = np.arange(ncols)
+        self._err = xp.zeros(1, dtype=xp.int32)
+        self._w = None
+
+    # -- sweeping ------------------------------------------------------------------------
 
     def sweep(self):
         """One MSM iteration on the active columns; returns stats (4, n_active) float64."""
         xp = self._xp
-        k = self._y.shape[0]
-        stats = xp.zeros((N_STATS, k), dtype=xp.float64)
+        k = len(self.active)
         if k == 0:
-            return stats
-        for p0, p1, a_panel_t in self._panels:
-            rows = p1 - p0
-            w = self._w[: k * rows].reshape(k, rows)
-            xp.matmul(self._y, a_panel_t, out=w)  # W = (afold[P, :] @ Y)' in our layout
-            args = PanelArgs(
-                w=w,
-                y=self._y,
-                r=self._r,
-                afold=self._afold,
-                b_diag=self._b,
-                params=self._params,
-                stats=stats,
-                code=self._code,
-                n=self._n,
-                ncols=k,
-                p0=p0,
-                rows=rows,
-            )
-            self._launch(self._geometry(rows, k), args)
+            return xp.zeros((N_STATS, 0), dtype=xp.float64)
+        stats = xp.empty((N_STATS, k), dtype=xp.float64)
+        if self.layout == "panel":
+            self._sweep_panels(stats, k)
+        else:
+            self._sweep_fused(stats, k)
+        self._check_device_errors()
         return stats
 
+    def _sweep_fused(self, stats, k):
+        tw, a_in_smem = self.choice.tw, self.choice.a_in_smem
+        smem = fused_shared_bytes(self._n, tw, self._dtype.itemsize, a_in_smem)
+        for g in launches(self._kernel, k, tw, smem):
+            cut = slice(g.col_offset, g.col_offset + g.ncols)
+            args = FusedArgs(
+                y=self._y,
+                r=self._r,
+                ld=self._y.shape[1],
+                cols=self._pos_dev[cut],
+                ncols=g.ncols,
+                amat=self._amat,
+                rowtab=self._rowtab,
+                stats=stats[:, g.col_offset :],
+                ld_stats=k,
+                err=self._err,
+                code=self._code,
+                n=self._n,
+                a_in_smem=int(a_in_smem),
+            )
+            self._launch(g, args)
+
+    def _sweep_panels(self, stats, k):
+        n, ld, tw = self._n, self._y.shape[1], self.choice.tw
+        if self._w is None or self._w.shape[1] != ld:
+            self._w = self._xp.empty((self.panel, ld), dtype=self._dtype)
+        for p0 in range(0, n, self.panel):
+            m = min(self.panel, n - p0)
+            w = self._w[:m]
+            # W = afold[P, :] @ Y over every stored column (retired ones included until
+            # the next compaction): rows before P are already new
+            self._launch.gemm(self._afold[p0 : p0 + m], self._y, w)
+            smem = panel_shared_bytes(m, tw, self._dtype.itemsize)
+            for g in launches(self._kernel, k, tw, smem):
+                cut = slice(g.col_offset, g.col_offset + g.ncols)
+                args = PanelArgs(
+                    w=w,
+                    y=self._y,
+                    r=self._r,
+                    ld=ld,
+                    cols=self._pos_dev[cut],
+                    ncols=g.ncols,
+                    amat=self._amat,
+                    rowtab=self._rowtab,
+                    stats=stats[:, g.col_offset :],
+                    ld_stats=k,
+                    err=self._err,
+                    code=self._code,
+                    n=n,
+                    p0=p0,
+                    m=m,
+                    first_panel=int(p0 == 0),
+                )
+                self._launch(g, args)
+
+    def _check_device_errors(self):
+        flag = int(to_host(self._err)[0])
+        if flag:
+            self._err[...] = 0
+            reasons = [text for bit, text in DEVICE_ERRORS.items() if flag & bit]
+            raise RuntimeError(f"CUDA sweep failed on the device: {'; '.join(reasons)}")
+
+    # -- retiring --------------------------------------------------------------------
+
     def retire(self, keep):
-        """Stop sweeping active columns where ``keep`` is False; their values are kept."""
+        """Stop sweeping active columns where ``keep`` is False; their values are kept.
+
+        Only the index list changes, unless at most COMPACT_FRACTION of the stored
+        columns remain active: then they are gathered into contiguous arrays.
+        """
         keep = np.asarray(to_host(keep), dtype=bool).reshape(-1)
         if keep.shape != self.active.shape:
             raise ValueError(
@@ -330,25 +603,33 @@ class PanelSweepState(SweepState):
             )
         if keep.all():
             return
+        self.active = self.active[keep]
+        self._pos = self._pos[keep]
+        if 0 < self.active.size <= COMPACT_FRACTION * self._y.shape[1]:
+            self._compact()
+        self._pos_dev = self._xp.asarray(self._pos, dtype=self._xp.int64)
+
+    def _compact(self):
         xp = self._xp
-        gone = np.flatnonzero(~keep)
-        kept = np.flatnonzero(keep)
-        if self._y_all is None:  # first retire: every column is still active
-            self._y_all = self._y.copy()
-        self._y_all[xp.asarray(self.active[gone])] = self._y[xp.asarray(gone)]
-        self._y = xp.ascontiguousarray(self._y[xp.asarray(kept)])
-        self._r = xp.ascontiguousarray(self._r[xp.asarray(kept)])
-        self.active = self.active[kept]
+        if self._store is None:  # the stored array holds every column: keep it aside
+            self._store = self._y
+        else:  # write every stored column back, retired ones included
+            self._store[:, xp.asarray(self._ycols)] = self._y
+        cols = xp.asarray(self.active)
+        self._y = xp.ascontiguousarray(self._store[:, cols])
+        self._r = xp.ascontiguousarray(self._r_full[:, cols])
+        self._ycols = self.active.copy()
+        self._pos = np.arange(self.active.size)
+        self._w = None
 
     def current_x(self):
         """The whole iterate, a new C-ordered (n, r) array of ``xp``."""
         xp = self._xp
-        if self._y_all is None:  # nothing retired yet: the active set is everything
-            return xp.array(self._y.T, order="C", copy=True)  # never a view of the state
-        full = self._y_all.copy()
-        if self.active.size:
-            full[xp.asarray(self.active)] = self._y
-        return xp.ascontiguousarray(full.T)
+        if self._store is None:
+            return xp.array(self._y, order="C", copy=True)  # never a view of the state
+        full = self._store.copy()
+        full[:, xp.asarray(self._ycols)] = self._y
+        return full
 
 
 # ------------------------------------------------------------------------------------
@@ -357,7 +638,7 @@ class PanelSweepState(SweepState):
 
 
 class CudaBackend(Backend):
-    """MSM on an NVIDIA GPU through CuPy (cuBLAS GEMMs + the sweep kernel).
+    """MSM on an NVIDIA GPU through CuPy (the kernels of msm_sweep.cu + cuBLAS).
 
     Raises
     ------
@@ -368,14 +649,14 @@ class CudaBackend(Backend):
     name = "cuda"
     on_host = False
 
-    def __init__(self, target_threads=DEFAULT_TARGET_THREADS):
+    def __init__(self, smem_budget=DEFAULT_SMEM_BUDGET):
         reason = cuda_unavailable_reason()
         if reason is not None:
             raise RuntimeError(f"the CUDA backend is not usable here: {reason}")
         import cupy
 
         self._cupy = cupy
-        self._target_threads = target_threads
+        self._smem_budget = smem_budget
 
     @property
     def xp(self):
@@ -391,10 +672,11 @@ class CudaBackend(Backend):
             return x
         return self._cupy.asnumpy(x)
 
-    def start(self, a, r, x0, splitting, table, code, panel) -> PanelSweepState:
+    def start(self, a, r, x0, splitting, table, code, panel, *, layout=None) -> CudaSweepState:
+        check_penalty_code(code)  # before compiling or launching anything
         cupy = self._cupy
         launcher = CupyLauncher(load_module(cupy))
-        return PanelSweepState(
+        return CudaSweepState(
             cupy,
             launcher,
             cupy.asarray(a),
@@ -405,5 +687,6 @@ class CudaBackend(Backend):
             table,
             code,
             panel,
-            target_threads=self._target_threads,
+            layout=layout,
+            smem_budget=self._smem_budget,
         )

@@ -12,11 +12,14 @@
 //   * __shared__ is `static` (one block at a time, so one copy is enough); dynamic shared
 //     memory is a buffer owned by the launch, reached through
 //     cuda_emu::dynamic_shared_memory() (the kernels' MSM_DYNAMIC_SHARED macro), with
-//     guard bytes after it that are checked when the launch ends;
+//     guard bytes after it that are checked when the launch ends (its size is what the
+//     kernels' msm_dynamic_smem_bytes() sees, like %dynamic_smem_size on a GPU);
+//   * atomicOr is std::atomic_ref::fetch_or;
 //   * "skew": optionally one chosen thread sleeps after every barrier (and at the start of
 //     every block), which makes races in the code between barriers deterministic.
 #pragma once
 
+#include <atomic>
 #include <barrier>
 #include <chrono>
 #include <cmath>
@@ -101,6 +104,7 @@ inline thread_local Launch* current = nullptr;
 inline thread_local int flat_tid = 0;
 
 inline void* dynamic_shared_memory() { return current->shared.data(); }
+inline std::size_t dynamic_shared_bytes() { return current->shared_bytes; }
 
 inline void after_barrier()
 {
@@ -160,6 +164,11 @@ int launch(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t shared_
 }
 
 }  // namespace cuda_emu
+
+inline int atomicOr(int* address, int value)
+{
+    return std::atomic_ref<int>(*address).fetch_or(value);
+}
 
 inline void __syncthreads()
 {
