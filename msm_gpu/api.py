@@ -8,14 +8,14 @@ import numpy as np
 
 from . import validation as v
 from .arrays import to_host
-from .backends import get_backend
 from .baselines import ProxGradMethod
 from .driver import MsmMethod
 from .loop import run_iterations
 from .options import SolveOptions
 from .penalties import NonNeg, Zero
+from .problem import prepare_least_squares, prepare_solve, user_outcome
 from .result import SolveResult
-from .splitting import make_splitting
+from .splitting import make_splitting, relative_theta
 
 _DEFAULTS = SolveOptions()
 
@@ -37,6 +37,7 @@ def solve(
     panel=_DEFAULTS.panel,
     check_convergence=_DEFAULTS.check_convergence,
     method=_DEFAULTS.method,
+    verbose=_DEFAULTS.verbose,
 ) -> SolveResult:
     """Minimise F(X) = 1/2 tr(X'AX) + tr(X'R) + sum_ij h(X_ij) by the Matrix Splitting Method.
 
@@ -101,13 +102,6 @@ def solve(
     """
     started = time.perf_counter()
     penalty = Zero() if penalty is None else v.check_penalty(penalty)
-    v.check_square_symmetric(A, "A")
-    v.check_rhs(R, A.shape[0], "R")
-    v.check_x0(x0, R.shape)
-    be = get_backend(backend, A, R, x0)
-    dtype = v.working_dtype(A, R, x0)
-    a = be.asarray(A, dtype)
-    a = 0.5 * (a + a.T)  # exact symmetry for the folded sweep (A was checked symmetric)
     options = SolveOptions(
         omega=omega,
         theta=theta,
@@ -119,29 +113,24 @@ def solve(
         panel=panel,
         check_convergence=check_convergence,
         method=method,
+        verbose=verbose,
     )
-    return _solve_on_backend(be, a, be.asarray(R, dtype), x0, R, penalty, started, options)
+    problem = prepare_solve(A, R, penalty, x0, backend, check_psd=bool(check_convergence))
+    return _solve_on_backend(problem, started, options)
 
 
-def _solve_on_backend(be, a, r, x0, user_like, penalty, started, options, *, constant=0.0):
-    """Run the chosen method on backend arrays ``a`` (n x n) and ``r`` through the loop."""
+def _solve_on_backend(problem, started, options):
+    """Run the chosen method on a prepared (rescaled) problem through the loop."""
+    be, a, r, penalty = problem.backend, problem.a, problem.r, problem.penalty
     opts = options.checked(a.shape[0])
-    one_problem = r.ndim == 1
-    if one_problem:
-        r = r[:, None]
-    if x0 is None:
-        x_init = be.xp.zeros_like(r)
-    else:
-        x_init = be.xp.reshape(be.asarray(x0, r.dtype), r.shape)
-
-    def to_user(x):
-        return be.to_user(x[:, 0] if one_problem else x, user_like)
+    x_init = be.xp.zeros_like(r) if problem.x0 is None else problem.x0
 
     if opts.method == "msm":
+        diag_a = np.asarray(to_host(be.xp.diagonal(a)), dtype=np.float64)
         splitting = make_splitting(
-            np.asarray(to_host(be.xp.diagonal(a)), dtype=np.float64),
+            diag_a,
             opts.omega,
-            opts.theta,
+            relative_theta(diag_a, opts.theta),
             penalty.is_convex,
             check=opts.check_convergence,
         )
@@ -156,23 +145,30 @@ def _solve_on_backend(be, a, r, x0, user_like, penalty, started, options, *, con
         time_limit=opts.time_limit,
         record_objective=opts.record_objective,
         callback=opts.callback,
-        to_user=to_user,
+        to_user=problem.to_user,
         start_time=started,
+        x_floor=problem.x_floor,
+        verbose=opts.verbose,
+        objective_to_user=problem.scaling.fun_to_user,
     )
+    user = user_outcome(problem, out)
+    if opts.method == "msm":
+        user["info"]["theta"] = opts.theta
+        user["info"]["theta_abs"] = problem.scaling.curvature_to_user(splitting.theta)
     return SolveResult(
-        x=to_user(out.x),
-        fun=out.fun + constant,
+        x=user["x"],
+        fun=user["fun"],
         n_iter=out.n_iter,
-        converged=bool(out.converged_columns.all()),
-        message=out.message,
-        objective=out.objective + constant,
+        converged=bool(user["converged_columns"].all()),
+        message=user["message"],
+        objective=user["objective"],
         backend=be.name,
         time=time.perf_counter() - started,
         method=opts.method,
-        converged_columns=out.converged_columns,
+        converged_columns=user["converged_columns"],
         n_iter_columns=out.n_iter_columns,
         timings=out.timings,
-        info=out.info,
+        info=user["info"],
     )
 
 
@@ -197,31 +193,9 @@ def least_squares(C, D, penalty=None, *, x0=None, backend="auto", **options) -> 
     """
     started = time.perf_counter()
     penalty = Zero() if penalty is None else v.check_penalty(penalty)
-    v.check_array(C, "C", ndims=(2,))
-    v.check_array(D, "D")
-    if D.shape[0] != C.shape[0]:
-        raise ValueError(
-            f"D must have {C.shape[0]} rows to match C {tuple(C.shape)}, got shape {D.shape}"
-        )
-    x0_shape = (C.shape[1],) + tuple(D.shape[1:])
-    v.check_x0(x0, x0_shape)
-    be = get_backend(backend, C, D, x0)
-    dtype = v.working_dtype(C, D, x0)
-    xp = be.xp
-    c = be.asarray(C, dtype)
-    d = be.asarray(D, dtype)
-    constant = 0.5 * float(xp.sum(xp.astype(d, xp.float64) ** 2))
-    return _solve_on_backend(
-        be,
-        xp.matmul(c.T, c),
-        -xp.matmul(c.T, d),
-        x0,
-        D,
-        penalty,
-        started,
-        SolveOptions.from_keywords(**options),
-        constant=constant,
-    )
+    options = SolveOptions.from_keywords(**options)
+    problem = prepare_least_squares(C, D, penalty, x0, backend)
+    return _solve_on_backend(problem, started, options)
 
 
 def nnls(C, D, **kwargs) -> SolveResult:
