@@ -102,8 +102,7 @@ def prepare_least_squares(C, D, penalty, x0, backend) -> Problem:
     D = v.check_array(D, "D")
     if D.shape[0] != C.shape[0]:
         raise ValueError(
-            f"D must have {C.shape[0]} rows to match C {tuple(C.shape)}, got shape "
-            f"{tuple(D.shape)}"
+            f"D must have {C.shape[0]} rows to match C {tuple(C.shape)}, got shape {tuple(D.shape)}"
         )
     n = C.shape[1]
     x0 = v.check_x0(x0, (n,) + tuple(D.shape[1:]))
