@@ -45,10 +45,18 @@ def solve(
 
     Parameters
     ----------
-    A : (n, n) array
-        Symmetric positive semidefinite (NumPy or CuPy; integers become float64).
-    R : (n,) or (n, r) array
-        Linear term: one problem, or r problems (one per column).
+    A : (n, n) array_like or sparse matrix
+        Symmetric positive semidefinite.  NumPy or CuPy arrays, anything NumPy converts
+        (lists, tuples, memoryviews, ``np.matrix``; integers become float64), or a
+        SciPy/CuPy sparse matrix (made dense: MSM sweeps a dense A; refused above
+        ``problem.DENSE_LIMIT_BYTES``).  For n <= 1000 A is tested up front (Cholesky of
+        A + eps I after diagonal scaling) and an indefinite A is a ValueError; for larger
+        n, or with ``check_convergence=False``, a run whose iterate or objective stops
+        being finite (what an indefinite A does: F -> -inf) stops with
+        ``converged=False`` and a message saying so.
+    R : (n,) or (n, r) array_like
+        Linear term: one problem, or r problems (one per column).  Sparse R is made
+        dense.
     penalty : Penalty, optional
         Separable h: ``Zero()`` (default; MSM is then Gauss-Seidel/SOR for AX = -R),
         ``NonNeg()``, ``Box(lb, ub)``, ``L1(lam)``, ``NonNegL1(lam)``, ``L0(lam, lb, ub)``
@@ -56,12 +64,17 @@ def solve(
     omega : float in (0, 2)
         Relaxation parameter (paper, eq. (4)); 1 is Gauss-Seidel.
     theta : float >= 0
-        Proximal term added to the diagonal of B; needed when A has zero diagonal entries.
+        Proximal term of B, **relative to the scale of A**: B = L + (D + theta_abs I) /
+        omega with theta_abs = theta * mean(diag A) (``result.info["theta_abs"]``).  So
+        (s A, s R) gives the iterates of (A, R) for every s > 0; for unit-diagonal A
+        theta_abs = theta.  Needed (> 0) when A has zero diagonal entries.
     x0 : array like R, optional
         Starting point (zeros by default).  Never modified.
     tol : float >= 0
-        A column stops when ||x_{k+1} - x_k|| <= tol * max(1, ||x_k||); it is then no
-        longer swept.  ``tol=0`` runs exactly ``max_iter`` iterations.
+        A column c stops when ||x_{k+1} - x_k|| <= tol * max(||x_k||, ||r_c|| / tr(A))
+        (``||x0_c||`` in place of the floor where r_c = 0), a relative rule: scaling A, R
+        or x changes nothing.  The column is then no longer swept.  ``tol=0`` runs
+        exactly ``max_iter`` iterations.
     max_iter : int >= 0
     time_limit : float, optional
         Stop after this many seconds (checked after every iteration).
@@ -79,7 +92,8 @@ def solve(
         rounding of the result, not the iterates.
     check_convergence : bool
         Refuse (omega, theta) for which the paper's theorem does not guarantee
-        convergence (delta <= 0, see ``splitting.convergence_delta``).
+        convergence (delta <= 0, see ``splitting.convergence_delta``), and an A that
+        fails the positive-semidefiniteness test (n <= 1000).
     method : {"msm", "pgm", "pgm_ls", "apg", "apg_ls"}
         "msm" (default) or one of the paper's comparators (``msm_gpu.baselines``):
         proximal gradient with constant step 1/L or backtracking line search, and
@@ -87,10 +101,20 @@ def solve(
         check_convergence only apply to MSM.  FISTA ("apg", "apg_ls") is not monotone
         and has no convergence guarantee for the nonconvex L0/Lp; it is kept as the
         paper's comparator.
+    verbose : bool
+        Show a tqdm progress bar (iterations, objective, active columns).
 
     Returns
     -------
     SolveResult
+        ``converged`` is never True with a non-finite ``x`` or ``fun``.
+
+    Notes
+    -----
+    The data are rescaled by powers of two (exact) before the sweeps, so that A, R and
+    x are of order one inside (``msm_gpu/scaling.py``): data from 1e-150 to 1e150 give
+    the same x (and F scaled accordingly).  A solution or objective whose scale is
+    outside the dtype's range is a ValueError naming the scale.
 
     Examples
     --------
@@ -177,8 +201,10 @@ def least_squares(C, D, penalty=None, *, x0=None, backend="auto", **options) -> 
 
     Parameters
     ----------
-    C : (m, n) array
-    D : (m,) or (m, r) array
+    C : (m, n) array_like or sparse matrix
+        Sparse C stays sparse: A = C'C is formed by a sparse product and made dense
+        (refused when n x n is above ``problem.DENSE_LIMIT_BYTES``).
+    D : (m,) or (m, r) array_like or sparse matrix
         One right-hand side or r of them (one problem per column).
     penalty : Penalty, optional
         Default ``Zero()`` (plain least squares).
@@ -189,7 +215,9 @@ def least_squares(C, D, penalty=None, *, x0=None, backend="auto", **options) -> 
     -------
     SolveResult
         ``fun`` and ``objective`` are the least-squares objective, the constant
-        1/2 ||D||^2 included.
+        1/2 ||D||^2 included.  (s C, s D) gives the x of (C, D) for every s > 0 (with
+        lam scaled by s^2 for L1/L0/Lp); where 1/2 ||D||^2 overflows float64 a ValueError
+        names D.
     """
     started = time.perf_counter()
     penalty = Zero() if penalty is None else v.check_penalty(penalty)
