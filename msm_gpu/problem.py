@@ -90,7 +90,8 @@ def prepare_solve(A, R, penalty, x0, backend, *, check_psd=True) -> Problem:
     a = ldexp(_dense_on(be, A, dtype, "A"), -e_a - 1)
     a = a + a.T
     if check_psd and n <= PSD_CHECK_MAX_N:
-        v.check_psd(a, "A", input_dtype=dtype, scale_exponent=e_a)
+        with be.limit_host_blas():  # no BLAS pool spinning against Numba's (design.md)
+            v.check_psd(a, "A", input_dtype=dtype, scale_exponent=e_a)
     r = ldexp(_dense_on(be, R, dtype, "R"), -e_r)
     return _finish(be, a, r, x0, dtype, penalty, scaling, _user_like(R))
 
