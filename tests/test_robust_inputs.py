@@ -427,3 +427,34 @@ def test_objective_matches_the_direct_formula_at_extreme_scale(quad):
         xs = sr / sa
         f0 = objective(a, r, res.x / xs, mg.NonNeg())
         assert res.fun == pytest.approx(f0 * sr * sr / sa, rel=1e-9)
+
+
+# -- CuPy sparse on the GPU (skipped without one) ------------------------------------------
+
+
+def _cuda_reason():
+    from msm_gpu.backends import cuda_unavailable_reason
+
+    return cuda_unavailable_reason()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_cuda_reason() is not None, reason="needs a usable CUDA GPU and CuPy")
+def test_cupy_sparse_c_and_a_on_the_gpu(lsq):
+    import cupy
+    import cupyx.scipy.sparse as cusparse
+
+    c, d, x_ref, f_ref = lsq
+    res = mg.nnls(cusparse.csr_matrix(cupy.asarray(c)), cupy.asarray(d), tol=1e-12, max_iter=20000)
+    assert res.backend == "cuda" and isinstance(res.x, cupy.ndarray)
+    np.testing.assert_allclose(res.x.get(), x_ref, atol=1e-8)
+    np.testing.assert_allclose(res.fun, f_ref, rtol=1e-9)
+    # SciPy sparse input on the CUDA backend gives NumPy out
+    res = mg.nnls(sp.csr_matrix(c), d, backend="cuda", tol=1e-12, max_iter=20000)
+    assert isinstance(res.x, np.ndarray)
+    np.testing.assert_allclose(res.x, x_ref, atol=1e-8)
+    a = c.T @ c
+    res = mg.solve(cusparse.csr_matrix(cupy.asarray(a)), cupy.asarray(-c.T @ d), mg.NonNeg())
+    np.testing.assert_allclose(res.x.get(), x_ref, atol=1e-5)
+    with pytest.raises(ValueError, match="not positive semidefinite"):
+        mg.solve(cupy.asarray(INDEFINITE), cupy.asarray([-1.0, -1.0]))
