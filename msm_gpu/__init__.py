@@ -17,6 +17,7 @@ from .apps import (
     reconstruct_from_patches,
     sparse_code,
 )
+from .backends import BackendUnavailableError
 from .penalties import L0, L1, Box, Lp, NonNeg, NonNegL1, Penalty, Zero
 from .result import IterationInfo, SolveResult
 
@@ -34,6 +35,7 @@ __all__ = [
     "sparse_code",
     "L0",
     "L1",
+    "BackendUnavailableError",
     "Box",
     "IterationInfo",
     "Lp",

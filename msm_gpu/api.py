@@ -8,14 +8,14 @@ import numpy as np
 
 from . import validation as v
 from .arrays import to_host
-from .backends import get_backend
 from .baselines import ProxGradMethod
 from .driver import MsmMethod
 from .loop import run_iterations
 from .options import SolveOptions
 from .penalties import NonNeg, Zero
+from .problem import prepare_least_squares, prepare_solve, user_outcome
 from .result import SolveResult
-from .splitting import make_splitting
+from .splitting import make_splitting, relative_theta
 
 _DEFAULTS = SolveOptions()
 
@@ -37,6 +37,7 @@ def solve(
     panel=_DEFAULTS.panel,
     check_convergence=_DEFAULTS.check_convergence,
     method=_DEFAULTS.method,
+    verbose=_DEFAULTS.verbose,
 ) -> SolveResult:
     """Minimise F(X) = 1/2 tr(X'AX) + tr(X'R) + sum_ij h(X_ij) by the Matrix Splitting Method.
 
@@ -44,10 +45,18 @@ def solve(
 
     Parameters
     ----------
-    A : (n, n) array
-        Symmetric positive semidefinite (NumPy or CuPy; integers become float64).
-    R : (n,) or (n, r) array
-        Linear term: one problem, or r problems (one per column).
+    A : (n, n) array_like or sparse matrix
+        Symmetric positive semidefinite.  NumPy or CuPy arrays, anything NumPy converts
+        (lists, tuples, memoryviews, ``np.matrix``; integers become float64), or a
+        SciPy/CuPy sparse matrix (made dense: MSM sweeps a dense A; refused above
+        ``problem.DENSE_LIMIT_BYTES``).  For n <= 1000 A is tested up front (Cholesky of
+        A + eps I after diagonal scaling) and an indefinite A is a ValueError; for larger
+        n, or with ``check_convergence=False``, a run whose iterate or objective stops
+        being finite (what an indefinite A does: F -> -inf) stops with
+        ``converged=False`` and a message saying so.
+    R : (n,) or (n, r) array_like
+        Linear term: one problem, or r problems (one per column).  Sparse R is made
+        dense.
     penalty : Penalty, optional
         Separable h: ``Zero()`` (default; MSM is then Gauss-Seidel/SOR for AX = -R),
         ``NonNeg()``, ``Box(lb, ub)``, ``L1(lam)``, ``NonNegL1(lam)``, ``L0(lam, lb, ub)``
@@ -55,12 +64,17 @@ def solve(
     omega : float in (0, 2)
         Relaxation parameter (paper, eq. (4)); 1 is Gauss-Seidel.
     theta : float >= 0
-        Proximal term added to the diagonal of B; needed when A has zero diagonal entries.
+        Proximal term of B, **relative to the scale of A**: B = L + (D + theta_abs I) /
+        omega with theta_abs = theta * mean(diag A) (``result.info["theta_abs"]``).  So
+        (s A, s R) gives the iterates of (A, R) for every s > 0; for unit-diagonal A
+        theta_abs = theta.  Needed (> 0) when A has zero diagonal entries.
     x0 : array like R, optional
         Starting point (zeros by default).  Never modified.
     tol : float >= 0
-        A column stops when ||x_{k+1} - x_k|| <= tol * max(1, ||x_k||); it is then no
-        longer swept.  ``tol=0`` runs exactly ``max_iter`` iterations.
+        A column c stops when ||x_{k+1} - x_k|| <= tol * max(||x_k||, ||r_c|| / tr(A))
+        (``||x0_c||`` in place of the floor where r_c = 0), a relative rule: scaling A, R
+        or x changes nothing.  The column is then no longer swept.  ``tol=0`` runs
+        exactly ``max_iter`` iterations.
     max_iter : int >= 0
     time_limit : float, optional
         Stop after this many seconds (checked after every iteration).
@@ -78,7 +92,8 @@ def solve(
         rounding of the result, not the iterates.
     check_convergence : bool
         Refuse (omega, theta) for which the paper's theorem does not guarantee
-        convergence (delta <= 0, see ``splitting.convergence_delta``).
+        convergence (delta <= 0, see ``splitting.convergence_delta``), and an A that
+        fails the positive-semidefiniteness test (n <= 1000).
     method : {"msm", "pgm", "pgm_ls", "apg", "apg_ls"}
         "msm" (default) or one of the paper's comparators (``msm_gpu.baselines``):
         proximal gradient with constant step 1/L or backtracking line search, and
@@ -86,10 +101,20 @@ def solve(
         check_convergence only apply to MSM.  FISTA ("apg", "apg_ls") is not monotone
         and has no convergence guarantee for the nonconvex L0/Lp; it is kept as the
         paper's comparator.
+    verbose : bool
+        Show a tqdm progress bar (iterations, objective, active columns).
 
     Returns
     -------
     SolveResult
+        ``converged`` is never True with a non-finite ``x`` or ``fun``.
+
+    Notes
+    -----
+    The data are rescaled by powers of two (exact) before the sweeps, so that A, R and
+    x are of order one inside (``msm_gpu/scaling.py``): data from 1e-150 to 1e150 give
+    the same x (and F scaled accordingly).  A solution or objective whose scale is
+    outside the dtype's range is a ValueError naming the scale.
 
     Examples
     --------
@@ -101,13 +126,6 @@ def solve(
     """
     started = time.perf_counter()
     penalty = Zero() if penalty is None else v.check_penalty(penalty)
-    v.check_square_symmetric(A, "A")
-    v.check_rhs(R, A.shape[0], "R")
-    v.check_x0(x0, R.shape)
-    be = get_backend(backend, A, R, x0)
-    dtype = v.working_dtype(A, R, x0)
-    a = be.asarray(A, dtype)
-    a = 0.5 * (a + a.T)  # exact symmetry for the folded sweep (A was checked symmetric)
     options = SolveOptions(
         omega=omega,
         theta=theta,
@@ -119,29 +137,24 @@ def solve(
         panel=panel,
         check_convergence=check_convergence,
         method=method,
+        verbose=verbose,
     )
-    return _solve_on_backend(be, a, be.asarray(R, dtype), x0, R, penalty, started, options)
+    problem = prepare_solve(A, R, penalty, x0, backend, check_psd=bool(check_convergence))
+    return _solve_on_backend(problem, started, options)
 
 
-def _solve_on_backend(be, a, r, x0, user_like, penalty, started, options, *, constant=0.0):
-    """Run the chosen method on backend arrays ``a`` (n x n) and ``r`` through the loop."""
+def _solve_on_backend(problem, started, options):
+    """Run the chosen method on a prepared (rescaled) problem through the loop."""
+    be, a, r, penalty = problem.backend, problem.a, problem.r, problem.penalty
     opts = options.checked(a.shape[0])
-    one_problem = r.ndim == 1
-    if one_problem:
-        r = r[:, None]
-    if x0 is None:
-        x_init = be.xp.zeros_like(r)
-    else:
-        x_init = be.xp.reshape(be.asarray(x0, r.dtype), r.shape)
-
-    def to_user(x):
-        return be.to_user(x[:, 0] if one_problem else x, user_like)
+    x_init = be.xp.zeros_like(r) if problem.x0 is None else problem.x0
 
     if opts.method == "msm":
+        diag_a = np.asarray(to_host(be.xp.diagonal(a)), dtype=np.float64)
         splitting = make_splitting(
-            np.asarray(to_host(be.xp.diagonal(a)), dtype=np.float64),
+            diag_a,
             opts.omega,
-            opts.theta,
+            relative_theta(diag_a, opts.theta),
             penalty.is_convex,
             check=opts.check_convergence,
         )
@@ -156,23 +169,30 @@ def _solve_on_backend(be, a, r, x0, user_like, penalty, started, options, *, con
         time_limit=opts.time_limit,
         record_objective=opts.record_objective,
         callback=opts.callback,
-        to_user=to_user,
+        to_user=problem.to_user,
         start_time=started,
+        x_floor=problem.x_floor,
+        verbose=opts.verbose,
+        objective_to_user=problem.scaling.fun_to_user,
     )
+    user = user_outcome(problem, out)
+    if opts.method == "msm":
+        user["info"]["theta"] = opts.theta
+        user["info"]["theta_abs"] = problem.scaling.curvature_to_user(splitting.theta)
     return SolveResult(
-        x=to_user(out.x),
-        fun=out.fun + constant,
+        x=user["x"],
+        fun=user["fun"],
         n_iter=out.n_iter,
-        converged=bool(out.converged_columns.all()),
-        message=out.message,
-        objective=out.objective + constant,
+        converged=bool(user["converged_columns"].all()),
+        message=user["message"],
+        objective=user["objective"],
         backend=be.name,
         time=time.perf_counter() - started,
         method=opts.method,
-        converged_columns=out.converged_columns,
+        converged_columns=user["converged_columns"],
         n_iter_columns=out.n_iter_columns,
         timings=out.timings,
-        info=out.info,
+        info=user["info"],
     )
 
 
@@ -181,8 +201,10 @@ def least_squares(C, D, penalty=None, *, x0=None, backend="auto", **options) -> 
 
     Parameters
     ----------
-    C : (m, n) array
-    D : (m,) or (m, r) array
+    C : (m, n) array_like or sparse matrix
+        Sparse C stays sparse: A = C'C is formed by a sparse product and made dense
+        (refused when n x n is above ``problem.DENSE_LIMIT_BYTES``).
+    D : (m,) or (m, r) array_like or sparse matrix
         One right-hand side or r of them (one problem per column).
     penalty : Penalty, optional
         Default ``Zero()`` (plain least squares).
@@ -193,35 +215,15 @@ def least_squares(C, D, penalty=None, *, x0=None, backend="auto", **options) -> 
     -------
     SolveResult
         ``fun`` and ``objective`` are the least-squares objective, the constant
-        1/2 ||D||^2 included.
+        1/2 ||D||^2 included.  (s C, s D) gives the x of (C, D) for every s > 0 (with
+        lam scaled by s^2 for L1/L0/Lp); where 1/2 ||D||^2 overflows float64 a ValueError
+        names D.
     """
     started = time.perf_counter()
     penalty = Zero() if penalty is None else v.check_penalty(penalty)
-    v.check_array(C, "C", ndims=(2,))
-    v.check_array(D, "D")
-    if D.shape[0] != C.shape[0]:
-        raise ValueError(
-            f"D must have {C.shape[0]} rows to match C {tuple(C.shape)}, got shape {D.shape}"
-        )
-    x0_shape = (C.shape[1],) + tuple(D.shape[1:])
-    v.check_x0(x0, x0_shape)
-    be = get_backend(backend, C, D, x0)
-    dtype = v.working_dtype(C, D, x0)
-    xp = be.xp
-    c = be.asarray(C, dtype)
-    d = be.asarray(D, dtype)
-    constant = 0.5 * float(xp.sum(xp.astype(d, xp.float64) ** 2))
-    return _solve_on_backend(
-        be,
-        xp.matmul(c.T, c),
-        -xp.matmul(c.T, d),
-        x0,
-        D,
-        penalty,
-        started,
-        SolveOptions.from_keywords(**options),
-        constant=constant,
-    )
+    options = SolveOptions.from_keywords(**options)
+    problem = prepare_least_squares(C, D, penalty, x0, backend)
+    return _solve_on_backend(problem, started, options)
 
 
 def nnls(C, D, **kwargs) -> SolveResult:

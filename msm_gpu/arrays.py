@@ -34,3 +34,15 @@ def module_of(x):
 
         return cupy
     return np
+
+
+def is_sparse(x) -> bool:
+    """True for a SciPy sparse matrix/array or a CuPy (``cupyx.scipy.sparse``) one."""
+    module = type(x).__module__
+    if module.startswith("cupyx.scipy.sparse"):
+        return True
+    if module.startswith("scipy.sparse"):
+        import scipy.sparse
+
+        return scipy.sparse.issparse(x)
+    return False

@@ -2,7 +2,9 @@
 
 ``msm-gpu demo`` reproduces Figure 1 of the paper (MSM against PGM, PGM + line search,
 APG and APG + line search on nonnegative and l0-regularised least squares), prints the
-table, writes ``figure1.png`` and runs a small batched NNLS against scipy's ``nnls``.
+table, writes ``figure1.png`` into ``--out`` (default: a new folder ``msm-gpu-demo-*`` in
+the system's temporary directory, named in the output; never the current folder) and runs a
+small batched NNLS against scipy's ``nnls``.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 
 from .study import FIGURE1_LAM
@@ -41,7 +44,12 @@ def _build_parser():
     )
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--backend", default="cpu", choices=("cpu", "cuda", "auto"))
-    demo.add_argument("--out", default=".", help="folder for figure1.png (default: .)")
+    demo.add_argument(
+        "--out",
+        default=None,
+        help="folder for figure1.png, created if missing (default: a new folder "
+        "msm-gpu-demo-* in the temporary directory)",
+    )
     demo.add_argument("--iters", type=int, default=200, help="iterations per method")
     demo.add_argument("--no-plot", action="store_true", help="do not write the PNG")
     demo.add_argument(
@@ -68,7 +76,8 @@ def _demo(args) -> int:
     )
     print(study.format_table(result))
     if not args.no_plot:
-        path = study.plot(result, os.path.join(args.out, "figure1.png"))
+        folder = _output_folder(args.out)
+        path = study.plot(result, os.path.join(folder, "figure1.png"))
         print(f"wrote {path}")
     nm, nn, nr = args.nnls_size
     if nm > 0 and nn > 0 and nr > 0:
@@ -77,6 +86,14 @@ def _demo(args) -> int:
         print(study.format_batched_nnls(out))
     print(f"\ndemo finished in {time.perf_counter() - started:.1f} s")
     return 0
+
+
+def _output_folder(out):
+    """``out`` (created if missing), or a new ``msm-gpu-demo-*`` folder in the temp dir."""
+    if out is None:
+        return tempfile.mkdtemp(prefix="msm-gpu-demo-")
+    os.makedirs(out, exist_ok=True)
+    return out
 
 
 def main(argv=None) -> int:

@@ -5,11 +5,18 @@ is an :class:`IterativeMethod`: it owns its iterate in its own layout and knows 
 take one step on the columns still active.  :func:`run_iterations` does the rest, the
 same way for all of them:
 
-* a column stops (retires) when ``||x_{k+1} - x_k|| <= tol * max(1, ||x_k||)``; retired
-  columns are no longer stepped (``tol = 0`` runs exactly ``max_iter`` iterations);
+* a column stops (retires) when ``||x_{k+1} - x_k|| <= tol * max(||x_k||, floor_c)``,
+  a relative rule (scale invariant: x and the floor scale together); ``floor_c`` is the
+  caller's estimate of the column's scale (``||r_c|| / tr(A)``, see
+  :mod:`msm_gpu.problem`), 1 when none is given.  Retired columns are no longer stepped
+  (``tol = 0`` runs exactly ``max_iter`` iterations);
+* a step norm, ``||x||`` or objective that is not finite stops the run at once: no
+  column still running is converged (an indefinite A drives F to -inf and x to inf;
+  data that overflow do the same);
 * ``callback(info)`` after every iteration (True or StopIteration stops the run);
 * the objective after every iteration in ``history`` when ``record_objective``;
-* ``time_limit`` (seconds since ``start_time``) checked after every iteration.
+* ``time_limit`` (seconds since ``start_time``) checked after every iteration;
+* ``verbose``: a tqdm progress bar with the objective and the active columns.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .arrays import to_host
+from .arrays import module_of, to_host
 from .result import IterationInfo
 
 
@@ -62,6 +69,8 @@ class LoopOutcome:
         Seconds in "setup" (everything before the first step) and "iterations".
     info : dict
         The method's own details (:meth:`IterativeMethod.info`).
+    diverged : bool
+        The run stopped because the iterate or the objective stopped being finite.
     """
 
     x: object
@@ -74,6 +83,15 @@ class LoopOutcome:
     objective: np.ndarray
     timings: dict = field(default_factory=dict)
     info: dict = field(default_factory=dict)
+    diverged: bool = False
+
+
+#: Message of a run stopped by a non-finite step, iterate or objective.
+DIVERGED_MESSAGE = (
+    "stopped at iteration {k}: the iterate or the objective is no longer finite; "
+    "A is not positive semidefinite (the objective is unbounded below) or the data "
+    "overflow"
+)
 
 
 class IterativeMethod(ABC):
@@ -128,9 +146,20 @@ def run_iterations(
     callback,
     to_user,
     start_time,
+    x_floor=None,
+    verbose=False,
+    objective_to_user=None,
 ) -> LoopOutcome:
     """Iterate ``method`` until every column met ``tol``, ``max_iter``, the time limit or
-    the callback stops it.  Closes the method in every case."""
+    the callback stops it, or a step is not finite.  Closes the method in every case.
+
+    ``x_floor`` (host (n_cols,) array): floor of the stopping rule's scale per column
+    (default 1).  ``objective_to_user`` maps the method's objective to the one the
+    callback and the progress bar show (default: unchanged).
+    """
+    floor = np.ones(n_cols) if x_floor is None else np.asarray(x_floor, dtype=np.float64)
+    user_fun = objective_to_user if objective_to_user is not None else float
+    bar = _progress_bar(max_iter) if verbose else None
     try:
         converged = np.zeros(n_cols, dtype=bool)
         n_iter_cols = np.zeros(n_cols, dtype=np.int64)
@@ -141,6 +170,7 @@ def run_iterations(
         loop_start = time.perf_counter()
 
         message = f"reached max_iter = {max_iter}"
+        diverged = False
         n_iter = 0
         while n_iter < max_iter:
             report = method.step(record_objective)
@@ -148,17 +178,25 @@ def run_iterations(
             n_iter_cols[method.active] += 1
             if record_objective:
                 history.append(method.objective())
+            step, xnorm = to_host(report.step), to_host(report.xnorm)
+            if bar is not None:
+                _advance(bar, history, record_objective, user_fun, len(method.active))
+
+            finite = np.isfinite(step) & np.isfinite(xnorm)
+            if not finite.all() or (record_objective and not np.isfinite(history[-1])):
+                diverged = True
+                message = DIVERGED_MESSAGE.format(k=n_iter)
+                break
 
             if tol > 0:
-                scale = np.maximum(to_host(report.xnorm), 1.0)
-                done = to_host(report.step) <= tol * scale
+                done = step <= tol * np.maximum(xnorm, floor[method.active])
             else:
                 done = np.zeros(len(method.active), dtype=bool)
 
             if callback is not None:
                 info = IterationInfo(
                     x=to_user(method.current_x()),
-                    fun=history[-1] if record_objective else float("nan"),
+                    fun=user_fun(history[-1]) if record_objective else float("nan"),
                     n_iter=n_iter,
                     n_active=len(method.active),
                 )
@@ -179,6 +217,13 @@ def run_iterations(
         x = method.current_x()
         loop_end = time.perf_counter()
         fun_cols = method.final_objective(x)
+        # never converged with a non-finite x or F (e.g. F = -inf from an indefinite A)
+        finite_cols = to_host(_finite_columns(x) & _isfinite(fun_cols))
+        if not finite_cols.all():
+            converged &= finite_cols
+            if not diverged:
+                diverged = True
+                message = f"{message}; but " + DIVERGED_MESSAGE.format(k=n_iter)
         return LoopOutcome(
             x=x,
             fun_columns=fun_cols,
@@ -190,9 +235,34 @@ def run_iterations(
             objective=np.asarray(history, dtype=np.float64),
             timings={"setup": loop_start - start_time, "iterations": loop_end - loop_start},
             info=method.info(),
+            diverged=diverged,
         )
     finally:
+        if bar is not None:
+            bar.close()
         method.close()
+
+
+def _finite_columns(x):
+    return module_of(x).isfinite(x).all(axis=0)
+
+
+def _isfinite(values):
+    return module_of(values).isfinite(values)
+
+
+def _progress_bar(max_iter):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=max_iter, desc="MSM", unit="it")
+
+
+def _advance(bar, history, record_objective, user_fun, n_active):
+    postfix = {"active": n_active}
+    if record_objective:
+        postfix["objective"] = f"{user_fun(history[-1]):.8g}"
+    bar.set_postfix(postfix, refresh=False)
+    bar.update(1)
 
 
 def callback_stops(callback, info) -> bool:

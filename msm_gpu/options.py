@@ -36,6 +36,7 @@ class SolveOptions:
     panel: int | None = None
     check_convergence: bool = True
     method: str = "msm"
+    verbose: bool = False
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -67,6 +68,7 @@ class SolveOptions:
             "time_limit": v.check_time_limit(self.time_limit),
             "record_objective": bool(self.record_objective),
             "callback": v.check_callback(self.callback),
+            "verbose": bool(self.verbose),
         }
         panel = default_panel(n) if self.panel is None else v.check_int(self.panel, "panel", low=1)
         return replace(

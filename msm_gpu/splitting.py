@@ -54,6 +54,22 @@ def convergence_delta(diag_a, omega, theta, convex):
     return float(np.min(theta / omega + (1.0 - omega) / omega * diag_a))
 
 
+def relative_theta(diag_a, theta):
+    """The absolute proximal weight theta * mean(diag A) of a relative ``theta``.
+
+    ``solve``'s ``theta`` is relative to the scale of A, so that B = L + (D + theta_abs
+    I)/omega is the same matrix up to the factor s for A and s A: without it a fixed
+    theta = 0.01 swamps B_jj when A is tiny (steps shrink, the run stops far from the
+    solution) and vanishes when A is huge.  The mean of the diagonal (the average
+    curvature of a 1-D subproblem) is the scale: it equals theta for unit-diagonal A
+    (sparse coding with unit-norm atoms), and unlike max(diag A) one large column does
+    not damp all the others.  A zero diagonal (A = 0) falls back to theta itself.
+    """
+    diag_a = np.asarray(diag_a, dtype=np.float64)
+    scale = float(np.mean(diag_a))
+    return float(theta) * scale if scale > 0.0 else float(theta)
+
+
 def guarded_theta(diag_a, theta):
     """theta, or a tiny positive one when theta = 0 meets a zero diagonal entry.
 

@@ -7,7 +7,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from .arrays import is_cupy, module_of
+from .arrays import is_cupy, is_sparse, module_of, to_host
 from .penalties import Penalty
 
 
@@ -26,29 +26,59 @@ def working_dtype(*arrays):
 def check_array(x, name, *, ndims=(1, 2)):
     """Refuse non-numeric, empty, wrongly shaped or non-finite arrays.
 
-    Returns the input unchanged (never a modified copy): conversion happens later, on
-    the backend, into a fresh array.
+    Accepts what NumPy accepts (lists, tuples, memoryviews, ``np.matrix``, objects with
+    ``__array__``), CuPy arrays and SciPy / CuPy sparse matrices.  Returns a NumPy array
+    for array-likes, the input itself for NumPy and CuPy arrays and a CSR matrix for
+    sparse input (never a modified input: conversion to the working dtype happens
+    later, into a fresh array).
+    Masked arrays are refused (converting them would silently drop the mask).
     """
     if x is None:
         raise TypeError(f"{name} must be an array, got None")
-    if not hasattr(x, "dtype") or not hasattr(x, "shape"):
+    if isinstance(x, np.ma.MaskedArray):
+        raise TypeError(
+            f"{name} is a masked array; fill the masked entries first (e.g. {name}.filled())"
+        )
+    if is_sparse(x):
+        return _check_sparse(x, name, ndims)
+    if not is_cupy(x):
         try:
             x = np.asarray(x)
         except Exception as exc:  # ragged lists etc.
-            raise TypeError(f"{name} must be an array of real numbers") from exc
+            raise TypeError(
+                f"{name} must be an array of real numbers (got {type(x).__name__} "
+                f"that NumPy cannot convert: {exc})"
+            ) from exc
     kind = np.dtype(x.dtype).kind
     if kind not in "biuf":
         raise TypeError(f"{name} must hold real numbers, got dtype {x.dtype}")
-    if x.ndim not in ndims:
-        allowed = " or ".join(f"{d}-D" for d in ndims)
-        raise ValueError(f"{name} must be {allowed}, got an array of shape {x.shape}")
-    if x.size == 0:
-        raise ValueError(f"{name} must not be empty (shape {x.shape})")
+    _check_shape(x.shape, name, ndims)
     if kind == "f":
-        host = np.asarray(x) if not is_cupy(x) else None
-        finite = bool(np.isfinite(host).all()) if host is not None else bool(_cupy_finite(x))
+        finite = bool(np.isfinite(x).all()) if not is_cupy(x) else bool(_cupy_finite(x))
         if not finite:
             raise ValueError(f"{name} contains NaN or Inf")
+    return x
+
+
+def _check_shape(shape, name, ndims):
+    if len(shape) not in ndims:
+        allowed = " or ".join(f"{d}-D" for d in ndims)
+        raise ValueError(f"{name} must be {allowed}, got an array of shape {tuple(shape)}")
+    if math.prod(shape) == 0:
+        raise ValueError(f"{name} must not be empty (shape {tuple(shape)})")
+
+
+def _check_sparse(x, name, ndims):
+    """A SciPy/CuPy sparse matrix: real dtype, allowed shape, finite stored values."""
+    kind = np.dtype(x.dtype).kind
+    if kind not in "biuf":
+        raise TypeError(f"{name} must hold real numbers, got sparse dtype {x.dtype}")
+    if len(x.shape) == 1:  # 1-D sparse arrays (SciPy >= 1.13): as dense as R itself
+        return check_array(x.toarray(), name, ndims=ndims)
+    _check_shape(x.shape, name, ndims)
+    x = x.tocsr()  # one format from here on (a new object unless x was CSR already)
+    if kind == "f" and x.data.size and not bool(module_of(x.data).isfinite(x.data).all()):
+        raise ValueError(f"{name} contains NaN or Inf")
     return x
 
 
@@ -59,42 +89,92 @@ def _cupy_finite(x):
 
 
 def check_square_symmetric(a, name="A"):
-    """A must be square, symmetric (to rounding) and have a nonnegative diagonal."""
-    check_array(a, name, ndims=(2,))
+    """A must be square, symmetric (to rounding) and have a nonnegative diagonal.
+
+    Returns the array as :func:`check_array` does (array-likes become NumPy arrays;
+    sparse matrices stay sparse).
+    """
+    a = check_array(a, name, ndims=(2,))
     n, m = a.shape
     if n != m:
-        raise ValueError(f"{name} must be square, got shape {a.shape}")
-    xp_mod = module_of(a)
+        raise ValueError(f"{name} must be square, got shape {tuple(a.shape)}")
     af = a.astype(np.float64) if np.dtype(a.dtype).kind != "f" else a
-    scale = float(xp_mod.abs(af).max())
+    if is_sparse(a):
+        scale = float(abs(af).max()) if af.nnz else 0.0
+        diff = af - af.T
+        asym = float(abs(diff).max()) if diff.nnz else 0.0
+        diag = module_of(af.data).asarray(af.diagonal())
+    else:
+        xp_mod = module_of(a)
+        scale = float(xp_mod.abs(af).max())
+        asym = float(xp_mod.abs(af - af.T).max())
+        diag = xp_mod.diagonal(af)
     eps = np.finfo(np.float32 if np.dtype(a.dtype) == np.float32 else np.float64).eps
-    asym = float(xp_mod.abs(af - af.T).max())
     if asym > 100 * eps * max(scale, 1e-300) * max(1.0, math.sqrt(n)):
         raise ValueError(
             f"{name} must be symmetric: max |{name} - {name}.T| = {asym:.3g} "
             f"(max |{name}| = {scale:.3g})"
         )
-    diag = xp_mod.diagonal(af)
     if bool((diag < 0).any()):
-        j = int(xp_mod.argmin(diag))
+        j = int(module_of(diag).argmin(diag))
         raise ValueError(
             f"{name} must be positive semidefinite, but {name}[{j}, {j}] = {float(diag[j]):g} < 0"
         )
     return a
 
 
+def check_psd(a, name="A", *, input_dtype=np.float64, scale_exponent=0):
+    """Refuse a symmetric ``a`` (NumPy/CuPy, dense) that is not positive semidefinite.
+
+    Cholesky, in float64 on the array's own device, of the unit-diagonal matrix
+    H = S^-1 a S^-1 + eps I (S = sqrt(diag a), 1 where the diagonal is 0) with
+    ``eps = 10 n u`` (u: unit roundoff of ``input_dtype``): it fails when H has an
+    eigenvalue below about -eps, i.e. when A is indefinite beyond the rounding of its
+    entries.  A zero diagonal entry with a nonzero row also fails (the 2 x 2 minor
+    [0, b; b, d] is indefinite).  Costs n^3/3 flops: the caller decides when to run it.
+    ``scale_exponent`` (a = A / 2^scale_exponent) only makes the message quote A's
+    own eigenvalues.
+    """
+    mod = module_of(a)
+    n = a.shape[0]
+    h = mod.asarray(a, dtype=mod.float64)
+    d = mod.diagonal(h).copy()
+    s = mod.sqrt(mod.where(d > 0, d, mod.ones_like(d)))
+    h = h / s[:, None] / s[None, :]
+    u = np.finfo(np.float32 if np.dtype(input_dtype) == np.float32 else np.float64).eps / 2
+    eps = 10.0 * n * u
+    h[mod.arange(n), mod.arange(n)] += eps
+    try:
+        factor = mod.linalg.cholesky(h)
+        ok = bool(mod.isfinite(factor).all())  # CuPy returns NaN instead of raising
+    except np.linalg.LinAlgError:
+        ok = False
+    if ok:
+        return
+    evals = to_host(mod.linalg.eigvalsh(mod.asarray(a, dtype=mod.float64)))
+    low, high = (float(np.ldexp(e, scale_exponent)) for e in (evals[0], evals[-1]))
+    raise ValueError(
+        f"{name} is not positive semidefinite: its smallest eigenvalue is {low:.6g} "
+        f"(largest {high:.6g}), so the objective is not convex and may be unbounded below; "
+        "MSM needs a symmetric positive semidefinite A (pass check_convergence=False to "
+        "skip this test and run anyway)"
+    )
+
+
 def check_rhs(r, n, name="R"):
     """R (or x0) is (n,) for one problem or (n, r) for r problems."""
-    check_array(r, name)
+    r = check_array(r, name)
     if r.shape[0] != n:
-        raise ValueError(f"{name} must have {n} rows to match A ({n} x {n}), got shape {r.shape}")
+        raise ValueError(
+            f"{name} must have {n} rows to match A ({n} x {n}), got shape {tuple(r.shape)}"
+        )
     return r
 
 
 def check_x0(x0, r_shape):
     if x0 is None:
         return None
-    check_array(x0, "x0")
+    x0 = check_array(x0, "x0")
     if tuple(x0.shape) != tuple(r_shape):
         raise ValueError(f"x0 must have the shape of R {tuple(r_shape)}, got {tuple(x0.shape)}")
     return x0

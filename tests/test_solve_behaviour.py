@@ -34,19 +34,23 @@ def test_max_iter_zero_returns_x0(problem):
     assert res.n_iter == 0
 
 
-def test_stopping_rule_per_column(problem):
+@pytest.mark.parametrize("scale", [1.0, 1e-3])
+def test_stopping_rule_per_column(problem, scale):
     a, r = problem
+    r = r * scale  # ||x|| well below 1 too: the rule is relative, not max(1, ||x||)
     tol = 1e-6
     xs = []
     res = mg.solve(a, r, mg.NonNeg(), tol=tol, max_iter=5000, callback=lambda i: xs.append(i.x))
     assert res.converged and "converged" in res.message
-    # each column stopped at the first iteration k with ||x_k - x_{k-1}|| <= tol max(1, ||x_{k-1}||)
+    # each column stopped at the first iteration k with
+    # ||x_k - x_{k-1}|| <= tol max(||x_{k-1}||, ||r_c|| / tr(A))
     x_all = [np.zeros_like(r)] + xs
     for col in range(r.shape[1]):
         k_stop = res.n_iter_columns[col]
+        floor = np.linalg.norm(r[:, col]) / np.trace(a)
         steps = [
             np.linalg.norm(x_all[k][:, col] - x_all[k - 1][:, col])
-            <= tol * max(1.0, np.linalg.norm(x_all[k - 1][:, col]))
+            <= tol * max(floor, np.linalg.norm(x_all[k - 1][:, col]))
             for k in range(1, k_stop + 1)
         ]
         assert steps[-1] and not any(steps[:-1])

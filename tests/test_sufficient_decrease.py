@@ -38,9 +38,13 @@ def _iterates(a, r, pen, omega, theta, x0, n_iter, panel):
 
 
 def _check_decrease(a, r, pen, omega, theta, x0, panel):
-    delta = convergence_delta(np.diag(a), omega, theta, pen.is_convex)
+    # theta is relative to the scale of A: B = L + (D + theta mean(diag A) I) / omega
+    theta_abs = theta * float(np.mean(np.diag(a)))
+    delta = convergence_delta(np.diag(a), omega, theta_abs, pen.is_convex)
     assert delta > 0
     res, xs = _iterates(a, r, pen, omega, theta, x0, 8, panel)
+    np.testing.assert_allclose(res.info["theta_abs"], theta_abs, rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(res.info["delta"], delta, rtol=1e-9, atol=1e-12 * abs(theta_abs))
     f = [objective(a, r, x, pen) for x in xs]
     for k in range(1, len(xs)):
         step2 = float(np.sum((xs[k] - xs[k - 1]) ** 2))

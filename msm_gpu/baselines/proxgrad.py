@@ -41,7 +41,7 @@ it is the paper's comparator.  PGM (constant step 1/L with L >= lambda_max, or w
 line search) decreases F monotonically for every penalty, convex or not, because the
 prox is an exact global minimiser of the model.
 
-Converged columns (||x_{k+1} - x_k|| <= tol max(1, ||x_k||)) are removed from the
+Converged columns (the stopping rule of :func:`msm_gpu.loop.run_iterations`) are removed from the
 working arrays (compaction, as MSM does), so they cost nothing afterwards.
 """
 

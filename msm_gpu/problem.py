@@ -1,0 +1,265 @@
+"""Input preparation: the user's arrays -> one scaled problem on a backend, and back.
+
+``solve(A, R)`` and ``least_squares(C, D)`` both end here: the input is checked
+(:mod:`msm_gpu.validation`; array-likes and SciPy/CuPy sparse matrices accepted), moved to
+the backend in the working dtype, rescaled by powers of two so that the sweeps see data of
+order one (:mod:`msm_gpu.scaling`), and, for a user-given A small enough, tested for
+positive semidefiniteness.  :func:`user_outcome` maps the loop's outcome back to the user's
+units and refuses to call a non-finite answer converged.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import validation as v
+from .arrays import is_cupy, is_sparse, module_of, to_host
+from .backends import get_backend
+from .scaling import Scaling, exponent_of, ldexp, ldexp_float, max_abs, scaled_penalty
+
+#: A sparse A or C'C is made dense only up to this many bytes (MSM sweeps a dense A).
+DENSE_LIMIT_BYTES = 4 * 2**30
+#: Largest n for which ``solve`` tests A for positive semidefiniteness up front
+#: (Cholesky, n^3/3 flops: 0.3 GFlop at n = 1000, a few hundred sweeps of one column).
+PSD_CHECK_MAX_N = 1000
+#: Info entries measured in A's units (converted back from the rescaled problem).
+_CURVATURE_KEYS = ("delta", "L", "L_columns")
+
+
+@dataclass
+class Problem:
+    """A prepared problem: 1/2 tr(X'AX) + tr(X'R) + constant + h(X) on the backend, rescaled.
+
+    Attributes
+    ----------
+    backend : Backend
+    a : (n, n) backend array
+        Symmetric, rescaled (entries of order one).
+    r : (n, r) backend array
+    x0 : (n, r) backend array or None
+    penalty : Penalty
+        The rescaled penalty h' (:func:`msm_gpu.scaling.scaled_penalty`).
+    scaling : Scaling
+        X = 2^x_exp X', F = 2^f_exp (F' + constant).
+    user_like : object
+        An array of the user's kind (NumPy or CuPy) for the output, or None.
+    one_problem : bool
+        The user's R (D) was 1-D.
+    x_floor : (r,) float64 ndarray
+        Floor of the stopping rule's scale per column (internal units): ||r_c|| / tr(A),
+        or ||x0_c|| where r_c = 0.
+    """
+
+    backend: object
+    a: object
+    r: object
+    x0: object
+    penalty: object
+    scaling: Scaling
+    user_like: object
+    one_problem: bool
+    x_floor: np.ndarray
+
+    def to_user(self, x):
+        """The user's X (array kind, shape, units) from an internal (n, r) iterate."""
+        x = self.scaling.x_to_user(x)
+        return self.backend.to_user(x[:, 0] if self.one_problem else x, self.user_like)
+
+
+def prepare_solve(A, R, penalty, x0, backend, *, check_psd=True) -> Problem:
+    """Check and prepare ``solve(A, R, penalty, x0=x0, backend=backend)``.
+
+    ``check_psd``: run the Cholesky test of :func:`msm_gpu.validation.check_psd` when
+    n <= PSD_CHECK_MAX_N.
+    """
+    A = v.check_square_symmetric(A, "A")
+    n = A.shape[0]
+    R = v.check_rhs(R, n, "R")
+    x0 = v.check_x0(x0, R.shape)
+    be = get_backend(backend, A, R, x0)
+    dtype = v.working_dtype(A, R, x0)
+    e_a = exponent_of(max_abs(A))
+    r_max = max_abs(R)
+    e_r = exponent_of(r_max) if r_max > 0 else e_a
+    scaling = Scaling(x_exp=e_r - e_a, f_exp=2 * e_r - e_a)
+    _check_range(scaling, dtype, "max |R|^2 / max |A|", "max |R| / max |A|")
+    # 0.5 (A + A') / 2^e_a, exact: makes A exactly symmetric for the folded sweep
+    a = ldexp(_dense_on(be, A, dtype, "A"), -e_a - 1)
+    a = a + a.T
+    if check_psd and n <= PSD_CHECK_MAX_N:
+        with be.limit_host_blas():  # no BLAS pool spinning against Numba's (design.md)
+            v.check_psd(a, "A", input_dtype=dtype, scale_exponent=e_a)
+    r = ldexp(_dense_on(be, R, dtype, "R"), -e_r)
+    return _finish(be, a, r, x0, dtype, penalty, scaling, _user_like(R))
+
+
+def prepare_least_squares(C, D, penalty, x0, backend) -> Problem:
+    """Check and prepare ``least_squares(C, D, penalty, x0=x0, backend=backend)``:
+    A = C'C and R = -C'D (sparse-aware), constant 1/2 ||D||^2."""
+    C = v.check_array(C, "C", ndims=(2,))
+    D = v.check_array(D, "D")
+    if D.shape[0] != C.shape[0]:
+        raise ValueError(
+            f"D must have {C.shape[0]} rows to match C {tuple(C.shape)}, got shape {tuple(D.shape)}"
+        )
+    n = C.shape[1]
+    x0 = v.check_x0(x0, (n,) + tuple(D.shape[1:]))
+    be = get_backend(backend, C, D, x0)
+    dtype = v.working_dtype(C, D, x0)
+    e_c = exponent_of(max_abs(C))
+    d_max = max_abs(D)
+    e_d = exponent_of(d_max) if d_max > 0 else e_c
+    c = ldexp(_on_backend(be, C, dtype), -e_c)
+    d = ldexp(_on_backend(be, D, dtype), -e_d)
+    constant = _half_squared_norm(d)
+    scaling = Scaling(x_exp=e_d - e_c, f_exp=2 * e_d, constant=constant)
+    if not math.isfinite(ldexp_float(constant, scaling.f_exp)):
+        raise ValueError(
+            f"D: the objective 1/2 ||C X - D||^2 overflows float64 at this scale "
+            f"(1/2 ||D||^2 ~ 2^{scaling.f_exp + exponent_of(constant)}, max |D| = {d_max:.3g}); "
+            "divide C and D by a common factor (the solution X does not change)"
+        )
+    _check_range(scaling, dtype, "max |D|^2", "max |D| / max |C|")
+    if is_sparse(c):
+        _check_dense_size(n, dtype, "C", "A = C'C")
+        a = (c.T @ c).toarray()
+    else:
+        a = be.xp.matmul(c.T, c)
+    if is_sparse(d):
+        r = -((d.T @ c).T)  # sparse @ (dense or sparse)
+        r = r.toarray() if is_sparse(r) else r
+    else:
+        r = -(c.T @ d)
+    return _finish(be, a, r, x0, dtype, penalty, scaling, _user_like(D))
+
+
+def _finish(be, a, r, x0, dtype, penalty, scaling, user_like) -> Problem:
+    """2-D R and x0 (internal units), the rescaled penalty and the stopping floor."""
+    xp = be.xp
+    one_problem = r.ndim == 1
+    if one_problem:
+        r = r[:, None]
+    if x0 is not None:
+        x0 = xp.reshape(be.asarray(_densify(x0), dtype), r.shape)
+        x0 = ldexp(x0, -scaling.x_exp)
+    trace = float(xp.sum(xp.astype(xp.diagonal(a), xp.float64)))
+    r_norms = to_host(xp.sqrt(xp.sum(xp.astype(r, xp.float64) ** 2, axis=0)))
+    x_floor = r_norms / trace if trace > 0 else r_norms.copy()
+    if x0 is not None:
+        x0_norms = to_host(xp.sqrt(xp.sum(xp.astype(x0, xp.float64) ** 2, axis=0)))
+        x_floor = np.where(r_norms > 0, x_floor, x0_norms)
+    penalty = scaled_penalty(penalty, scaling.x_exp, scaling.f_exp)
+    return Problem(be, a, r, x0, penalty, scaling, user_like, one_problem, x_floor)
+
+
+def user_outcome(problem, out):
+    """The loop's outcome in the user's units, non-finite answers never converged.
+
+    Returns a dict with ``x``, ``fun``, ``objective``, ``converged_columns``, ``message``
+    and ``info`` (curvatures such as delta and L in A's units).
+    """
+    scaling = problem.scaling
+    x_user = problem.to_user(out.x)
+    fun = scaling.fun_to_user(out.fun)
+    converged = out.converged_columns.copy()
+    message = out.message
+    x_mod = module_of(x_user)
+    x_finite = bool(x_mod.isfinite(x_user).all())
+    if not (x_finite and math.isfinite(fun)):
+        converged[:] = False
+        if not out.diverged:
+            what = "x" if not x_finite else "the objective"
+            message = (
+                f"{message}; but {what} is not finite in the input's dtype at this data "
+                "scale: no solution is reported as converged"
+            )
+    info = dict(out.info)
+    for key in _CURVATURE_KEYS:
+        if key in info:
+            value = info[key]
+            info[key] = (
+                np.ldexp(np.asarray(value, dtype=np.float64), scaling.curvature_exp)
+                if isinstance(value, np.ndarray)
+                else scaling.curvature_to_user(value)
+            )
+    return {
+        "x": x_user,
+        "fun": fun,
+        "objective": scaling.fun_to_user(out.objective),
+        "converged_columns": converged,
+        "message": message,
+        "info": info,
+    }
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+
+def _check_range(scaling, dtype, f_what, x_what):
+    """The solution's and the objective's scales must be representable."""
+    if abs(scaling.f_exp) > 1020:
+        raise ValueError(
+            f"the objective's scale ({f_what} ~ 2^{scaling.f_exp}) is outside the range of "
+            "float64; rescale the data"
+        )
+    limit = np.finfo(dtype).maxexp - 4
+    if abs(scaling.x_exp) > limit:
+        raise ValueError(
+            f"the solution's scale ({x_what} ~ 2^{scaling.x_exp}) is outside the range of "
+            f"{np.dtype(dtype).name}; rescale the data"
+        )
+
+
+def _user_like(x):
+    """An array of the user's kind for ``Backend.to_user`` (CuPy for CuPy sparse)."""
+    if is_sparse(x):
+        return module_of(x.data).empty(0) if is_cupy(x) else None
+    return x
+
+
+def _densify(x):
+    return x.toarray() if is_sparse(x) else x
+
+
+def _check_dense_size(n, dtype, name, what):
+    size = n * n * np.dtype(dtype).itemsize
+    if size > DENSE_LIMIT_BYTES:
+        raise ValueError(
+            f"{name}: {what} would be a dense {n} x {n} matrix ({size / 2**30:.1f} GiB, above "
+            f"the limit of {DENSE_LIMIT_BYTES / 2**30:g} GiB); MSM sweeps a dense A, so this "
+            "problem is too large for it"
+        )
+
+
+def _dense_on(be, x, dtype, name):
+    """A dense copy of ``x`` on the backend (a sparse x is densified, size-checked)."""
+    if is_sparse(x):
+        if x.shape[0] == x.shape[1]:
+            _check_dense_size(x.shape[0], dtype, name, name)
+        return be.asarray(_densify(_on_backend(be, x, dtype)), dtype)
+    return be.asarray(x, dtype)
+
+
+def _on_backend(be, x, dtype):
+    """A copy of ``x`` on the backend in ``dtype``; sparse stays sparse (CSR)."""
+    if not is_sparse(x):
+        return be.asarray(x, dtype)
+    if be.on_host:
+        if is_cupy(x):
+            x = x.get()
+        return x.astype(dtype)  # a new matrix
+    import cupyx.scipy.sparse as cusparse
+
+    if not is_cupy(x):
+        x = cusparse.csr_matrix(x)
+    return x.astype(dtype)
+
+
+def _half_squared_norm(d) -> float:
+    """1/2 ||d||_F^2 in float64 (dense or sparse)."""
+    data = d.data if is_sparse(d) else d
+    mod = module_of(data)
+    return 0.5 * float(mod.sum(mod.asarray(data, dtype=mod.float64) ** 2))

@@ -1,0 +1,136 @@
+"""Exact power-of-two rescaling of a problem, so that the sweeps run on data of order one.
+
+With ``A = 2^a A'``, ``R = 2^r R'`` and ``X = 2^(r - a) X'`` (``solve``), or ``C = 2^c C'``,
+``D = 2^d D'`` and ``X = 2^(d - c) X'`` (``least_squares``), the objective factors as
+
+    F(X) = 2^f [ 1/2 tr(X''A'X') + tr(X''R') + constant + sum_ij h'(X'_ij) ],
+    h'(t) = h(2^x t) / 2^f,
+
+with ``x = r - a, f = 2r - a`` (solve) or ``x = d - c, f = 2d`` and
+``A' = C''C', R' = -C''D', constant = 1/2 ||D'||^2`` (least squares).  So X' solves
+the same kind of problem with the penalty :func:`scaled_penalty`, and X = 2^x X'.
+Multiplying by a power of two is exact in floating point (away from under/overflow), so
+``(s C, s D)`` for s a power of two gives bit-identical iterates, and data at 1e-150 or
+1e150 never under/overflows inside the sweep, the Gram product C'C or the objective.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .arrays import is_sparse, module_of
+from .penalties import CODE_BOX, CODE_L0, CODE_L1, CODE_LP
+
+
+def exponent_of(value) -> int:
+    """e with ``value = m 2^e``, 0.5 <= m < 1 (0 for value 0): ``2^-e value`` is in [0.5, 1)."""
+    value = float(value)
+    if value == 0.0 or not math.isfinite(value):
+        return 0
+    return math.frexp(value)[1]
+
+
+def max_abs(x) -> float:
+    """max |x| of a dense (NumPy/CuPy) or sparse array, as a Python float."""
+    if is_sparse(x):
+        return float(abs(x.data).max()) if x.nnz else 0.0
+    return float(module_of(x).abs(x).max())
+
+
+def ldexp(x, e: int):
+    """``x * 2^e`` for a dense or sparse array (a new array; dtype kept, exact)."""
+    if is_sparse(x):
+        out = x.copy()
+        out.data = module_of(out.data).ldexp(out.data, e)
+        return out
+    return module_of(x).ldexp(x, e)
+
+
+def ldexp_float(value, e: int) -> float:
+    """``value * 2^e`` as a Python float, +-inf on overflow (never OverflowError)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return float(np.ldexp(np.float64(value), e))
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """X = 2^x_exp X' and F = 2^f_exp (F' + constant), F' the internal objective.
+
+    Attributes
+    ----------
+    x_exp, f_exp : int
+    constant : float
+        Added to the internal objective before scaling (1/2 ||D'||^2 for least squares).
+    """
+
+    x_exp: int = 0
+    f_exp: int = 0
+    constant: float = 0.0
+
+    @property
+    def curvature_exp(self) -> int:
+        """Exponent of A's unit: a curvature (theta, delta) c' inside is 2^this c outside."""
+        return self.f_exp - 2 * self.x_exp
+
+    def x_to_user(self, x):
+        """The user's X from the internal X' (backend array, dtype kept; inf on overflow)."""
+        if self.x_exp == 0:
+            return x
+        with np.errstate(over="ignore"):
+            return module_of(x).ldexp(x, self.x_exp)
+
+    def fun_to_user(self, fun):
+        """User's objective from the internal one (float or float64 array; inf on overflow)."""
+        if isinstance(fun, np.ndarray):
+            with np.errstate(over="ignore", invalid="ignore"):
+                return np.ldexp(fun + self.constant, self.f_exp)
+        return ldexp_float(fun + self.constant, self.f_exp)
+
+    def curvature_to_user(self, value) -> float:
+        return ldexp_float(value, self.curvature_exp)
+
+
+def scaled_penalty(penalty, x_exp: int, f_exp: int):
+    """The penalty h'(t) = h(2^x_exp t) / 2^f_exp (a new object; ``penalty`` untouched).
+
+    Per code: bounds become ``lb / 2^x, ub / 2^x``; lam becomes ``lam 2^(x - f)`` (L1),
+    ``lam 2^-f`` (L0) or ``lam 2^(p x - f)`` (Lp).
+
+    Raises
+    ------
+    ValueError
+        If the rescaled lam or a bound is not representable (the penalty's weight is
+        out of all proportion to the data's scale).
+    """
+    if x_exp == 0 and f_exp == 0:
+        return penalty
+    out = copy.copy(penalty)
+    if penalty.lam:
+        power = {CODE_BOX: 0.0, CODE_L1: x_exp, CODE_L0: 0.0, CODE_LP: penalty.p * x_exp}
+        with np.errstate(over="ignore", under="ignore"):
+            lam = float(penalty.lam * np.exp2(power[penalty.code] - f_exp))
+        if not (math.isfinite(lam) and lam > 0.0):
+            raise ValueError(
+                f"penalty lam = {penalty.lam:g} is out of range for data of this scale "
+                f"(it would be {lam:g} relative to the data); rescale the data or lam"
+            )
+        out.lam = lam
+    for name in ("lb", "ub"):
+        bound = getattr(penalty, name)
+        with np.errstate(over="ignore", under="ignore"):
+            new = np.ldexp(np.asarray(bound, dtype=np.float64), -x_exp)
+        if np.any(np.isfinite(bound) != np.isfinite(new)):
+            raise ValueError(
+                f"penalty bound {name} is out of range for data of this scale (it overflows "
+                "relative to the solution's scale); rescale the data or the bounds"
+            )
+        if isinstance(bound, np.ndarray):
+            new.setflags(write=False)
+            setattr(out, name, new)
+        else:
+            setattr(out, name, float(new))
+    return out
