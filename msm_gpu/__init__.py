@@ -17,6 +17,8 @@ from .apps import (
     reconstruct_from_patches,
     sparse_code,
 )
+from .losses import Logistic, Poisson, Quadratic
+from .newton import minimize
 from .penalties import L0, L1, Box, Lp, NonNeg, NonNegL1, Penalty, Zero
 from .result import IterationInfo, SolveResult
 
@@ -33,6 +35,10 @@ __all__ = [
     "reconstruct_from_patches",
     "sparse_code",
     "L0",
+    "Logistic",
+    "Poisson",
+    "Quadratic",
+    "minimize",
     "L1",
     "Box",
     "IterationInfo",
