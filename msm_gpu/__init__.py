@@ -17,6 +17,7 @@ from .apps import (
     reconstruct_from_patches,
     sparse_code,
 )
+from .apps.logistic import SparseLogisticRegression
 from .losses import Logistic, Poisson, Quadratic
 from .newton import minimize
 from .penalties import L0, L1, Box, Lp, NonNeg, NonNegL1, Penalty, Zero
@@ -38,6 +39,7 @@ __all__ = [
     "Logistic",
     "Poisson",
     "Quadratic",
+    "SparseLogisticRegression",
     "minimize",
     "L1",
     "Box",

@@ -284,18 +284,23 @@ class PreparedGLM:
         return self.design.T @ u
 
     # -- loss pieces ---------------------------------------------------------------------------
-    def values(self, z):
-        """Per column q_c (float64, length r) at linear predictor Z."""
+    def targets(self, cols=None):
+        """Y restricted to the problems ``cols`` (all when None)."""
+        return self.y if cols is None else self.y[:, cols]
+
+    def values(self, z, cols=None):
+        """Per column q_c (float64) at linear predictor Z (of the problems ``cols``)."""
         xp = self.xp
-        vals = self.s * self.loss.pointwise(xp, z, self.y)
+        vals = self.s * self.loss.pointwise(xp, z, self.targets(cols))
         return xp.sum(vals.astype(np.float64), axis=0)
 
-    def gradient(self, z):
-        return self.rmatvec(self.s * self.loss.derivative(self.xp, z, self.y))
+    def gradient(self, z, cols=None):
+        """Gradient of q at Z = design @ W (n_coef x r)."""
+        return self.rmatvec(self.s * self.loss.derivative(self.xp, z, self.targets(cols)))
 
-    def hessian_weights(self, z):
+    def hessian_weights(self, z, cols=None):
         """w (m x r) with Hessian_c = design' diag(w_c) design."""
-        return self.s * self.loss.curvature(self.xp, z, self.y)
+        return self.s * self.loss.curvature(self.xp, z, self.targets(cols))
 
     def hessian_diagonal(self, weights):
         """diag(design' diag(w_c) design) for every column: (n_coef x r)."""
@@ -306,11 +311,12 @@ class PreparedGLM:
     def hessian(self, weights, rows=None):
         """design[:, rows]' diag(weights) design[:, rows] as a dense array (weights: (m,))."""
         x = self.design if rows is None else self.design[:, rows]
+        root = self.xp.sqrt(weights)[:, None]  # curvatures are >= 0
         if self.sparse:
-            h = (x.T @ x.multiply(weights[:, None]).tocsr()).toarray()
-        else:
-            h = x.T @ (x * weights[:, None])
-        return 0.5 * (h + h.T)  # exact symmetry for solve's check
+            b = x.multiply(root).tocsr()
+            return (b.T @ b).toarray()
+        b = x * root
+        return b.T @ b  # B'B: one SYRK, symmetric to the last bit
 
     def bound_hessian(self):
         """design' diag(c s) design with c the loss's curvature bound (None if unbounded)."""
