@@ -55,7 +55,6 @@ import contextlib
 import time
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from . import validation as v
 from .api import solve
@@ -210,7 +209,7 @@ def minimize(
 
     # One BLAS thread on the CPU, as in NMF: Numba sweeps and OpenBLAS threads spinning
     # after a product fight over the cores (measured 100x slower GEMVs under load).
-    limits = threadpool_limits(1, user_api="blas") if xp is np else contextlib.nullcontext()
+    limits = _single_thread_blas() if xp is np else contextlib.nullcontext()
     with limits:
         z = data.matvec(w)
         f = data.values(z) + h_cols(w)
@@ -430,6 +429,20 @@ def _matvec_on_rows(xp, data, direction):
     if 2 * rows.shape[0] >= direction.shape[0] or data.sparse:
         return data.matvec(direction)
     return data.design[:, rows] @ direction[rows]
+
+
+_CONTROLLER = None
+
+
+def _single_thread_blas():
+    """threadpoolctl limiter to one BLAS thread; the library scan (tens of ms) done once."""
+    global _CONTROLLER
+    if _CONTROLLER is None:
+        import scipy.linalg.cython_blas  # noqa: F401  (SciPy's BLAS loaded before the scan)
+        from threadpoolctl import ThreadpoolController
+
+        _CONTROLLER = ThreadpoolController()
+    return _CONTROLLER.limit(limits=1, user_api="blas")
 
 
 def _forcing(opt, tol):
