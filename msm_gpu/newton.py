@@ -69,6 +69,7 @@ HESSIANS = ("auto", "exact", "bound")
 
 SIGMA = 1e-4  # Armijo constant
 FORCING = 0.1
+INNER_OMEGA = 1.0  # relaxation of the inner MSM for convex h (nonconvex: 1, the theorem's)
 MAX_HALVINGS_CONVEX = 30
 MAX_HALVINGS_NONCONVEX = 4
 MAX_DOUBLINGS = 60
@@ -416,6 +417,7 @@ def _inner(a, grad, w, penalty, tol, max_iter, be, stats):
         tol=tol,
         max_iter=max_iter,
         theta=theta,
+        omega=INNER_OMEGA if penalty.is_convex else 1.0,
         backend=be.name,
         record_objective=False,
     )
