@@ -17,7 +17,10 @@ from .apps import (
     reconstruct_from_patches,
     sparse_code,
 )
+from .apps.logistic import SparseLogisticRegression
 from .backends import BackendUnavailableError
+from .losses import Logistic, Poisson, Quadratic
+from .newton import minimize
 from .penalties import L0, L1, Box, Lp, NonNeg, NonNegL1, Penalty, Zero
 from .result import IterationInfo, SolveResult
 
@@ -34,6 +37,11 @@ __all__ = [
     "reconstruct_from_patches",
     "sparse_code",
     "L0",
+    "Logistic",
+    "Poisson",
+    "Quadratic",
+    "SparseLogisticRegression",
+    "minimize",
     "L1",
     "BackendUnavailableError",
     "Box",

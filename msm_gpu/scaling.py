@@ -109,16 +109,21 @@ def scaled_penalty(penalty, x_exp: int, f_exp: int):
     if x_exp == 0 and f_exp == 0:
         return penalty
     out = copy.copy(penalty)
-    if penalty.lam:
+    lam0 = np.asarray(penalty.lam, dtype=np.float64)  # a scalar, or one per row
+    if np.any(lam0):
         power = {CODE_BOX: 0.0, CODE_L1: x_exp, CODE_L0: 0.0, CODE_LP: penalty.p * x_exp}
         with np.errstate(over="ignore", under="ignore"):
-            lam = float(penalty.lam * np.exp2(power[penalty.code] - f_exp))
-        if not (math.isfinite(lam) and lam > 0.0):
+            lam = lam0 * np.exp2(power[penalty.code] - f_exp)
+        if np.any((lam0 > 0) & ~(np.isfinite(lam) & (lam > 0))):
             raise ValueError(
-                f"penalty lam = {penalty.lam:g} is out of range for data of this scale "
-                f"(it would be {lam:g} relative to the data); rescale the data or lam"
+                f"penalty lam = {np.max(lam0):g} is out of range for data of this scale "
+                f"(it would be {np.max(lam):g} relative to the data); rescale the data or lam"
             )
-        out.lam = lam
+        if lam.ndim == 0:
+            out.lam = float(lam)
+        else:
+            lam.setflags(write=False)
+            out.lam = lam
     for name in ("lb", "ub"):
         bound = getattr(penalty, name)
         with np.errstate(over="ignore", under="ignore"):
