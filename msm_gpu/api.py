@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 
 import numpy as np
@@ -12,6 +13,7 @@ from .backends.base import default_panel
 from .baselines import METHODS as BASELINE_METHODS
 from .baselines import run_baseline
 from .driver import run_msm
+from .finish import check_finish, run_finished
 from .penalties import NonNeg, Zero
 from .result import SolveResult
 from .splitting import DEFAULT_OMEGA, DEFAULT_THETA, make_splitting
@@ -34,6 +36,7 @@ def solve(
     panel=None,
     check_convergence=True,
     method="msm",
+    finish="auto",
 ) -> SolveResult:
     """Minimise F(X) = 1/2 tr(X'AX) + tr(X'R) + sum_ij h(X_ij) by the Matrix Splitting Method.
 
@@ -116,6 +119,7 @@ def solve(
         "panel": panel,
         "check_convergence": check_convergence,
         "method": method,
+        "finish": finish,
     }
     return _solve_on_backend(
         be, a, be.asarray(R, dtype), x0, R, penalty, started, constant=0.0, **options
@@ -156,13 +160,19 @@ def _solve_on_backend(be, a, r, x0, user_like, penalty, started, *, constant, **
             penalty.is_convex,
             check=opts["check_convergence"],
         )
-        out = run_msm(be, a, r, x_init, penalty, splitting, panel=opts["panel"], **loop_options)
+        # -- exact finish (issue 9, msm_gpu/finish.py): finish=None is the plain MSM -----
+        runner = run_msm
+        if opts["finish"] is not None:
+            runner = functools.partial(run_finished, finish=opts["finish"])
+        out = runner(be, a, r, x_init, penalty, splitting, panel=opts["panel"], **loop_options)
+        # -- end of the finish wiring ---------------------------------------------------------
         info = {
             "omega": opts["omega"],
             "theta": opts["theta"],
             "delta": splitting.delta,
             "panel": opts["panel"],
         }
+        info.update(out.get("info", {}))  # finish: kkt_residual per column, finish details
     else:
         out = run_baseline(opts["method"], be, a, r, x_init, penalty, **loop_options)
         info = dict(out.get("info", {}))
@@ -194,6 +204,7 @@ _OPTION_NAMES = (
     "panel",
     "check_convergence",
     "method",
+    "finish",
 )
 
 METHODS = ("msm",) + BASELINE_METHODS
@@ -212,6 +223,7 @@ def _check_options(
     panel=None,
     check_convergence=True,
     method="msm",
+    finish="auto",
 ):
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}, got {method!r}")
@@ -226,6 +238,7 @@ def _check_options(
         "callback": v.check_callback(callback),
         "panel": min(default_panel(n) if panel is None else v.check_int(panel, "panel", low=1), n),
         "check_convergence": bool(check_convergence),
+        "finish": check_finish(finish),
     }
 
 

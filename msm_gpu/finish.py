@@ -1,0 +1,725 @@
+"""Exact finish of an MSM run: MSM sweeps find the face, a direct solve on it ends the job.
+
+MSM is a first-order method: its sweeps find quickly WHICH entries of X sit at a bound (or
+at zero, for l1), then crawl on an ill-conditioned face.  The finish takes the face of the
+MSM iterate and solves the problem restricted to it exactly, batched over columns, then
+checks the KKT conditions and exchanges the variables that violate them (block principal
+pivoting, Kim & Park 2011 / Judice & Pires 1994, generalised below to every convex penalty
+of the library).
+
+Convex penalties as piecewise-linear pieces
+-------------------------------------------
+Every convex h of the library (Zero, NonNeg, Box, L1, NonNegL1) is, per row j, linear with
+slope s on each of at most three pieces between the points lb_j (if finite), 0 (l1 with
+lb < 0 < ub) and ub_j (if finite).  A variable is either *fixed* at one of these points or
+*free* on one piece.  On a face the problem is a linear system in the free variables F:
+
+    A_FF x_F = -(r_F + s_F + A_FB v_B)          (v_B: the values of the fixed variables)
+
+and the KKT conditions read: a free variable lies inside its piece, and a fixed variable at
+a point with slopes s- (left) and s+ (right) has  g + s+ >= 0  and  g + s- <= 0,  where
+g = A x + r.  A violation moves the variable to the neighbouring point or piece; all
+violators move at once, with Judice & Pires' backup rule (one variable, the last) when a
+column stops improving, as ``apps.nmf_solvers.bpp`` does for NNLS.
+
+Nonconvex penalties (L0, Lp)
+----------------------------
+A polish: least squares on the support of the MSM iterate (within the bounds, by the same
+pivoting with the off-support variables held at zero), accepted per column only if F
+decreases and the point is still a fixed point of the MSM map.
+
+Monotone in F
+-------------
+Per column the finished point replaces the MSM iterate only if its F (computed in float64)
+is not larger, up to the rounding of F itself (4 eps times the magnitude of its terms).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from .arrays import namespace, to_host
+from .facesolve import solve_passive, solve_passive_batched, solve_passive_cg
+from .penalties import CODE_BOX, CODE_L1
+
+#: Accepted values of ``finish``.
+FINISH_MODES = ("auto", "exact")
+
+#: Largest n for which "auto" factorises every face (above it: conjugate gradients).
+DIRECT_MAX_N = 400
+
+#: Warm-up: MSM runs in chunks of WARMUP_CHUNK sweeps, at most WARMUP_MAX sweeps, and stops
+#: once fewer than WARMUP_SETTLED of the entries changed face during the last chunk.
+WARMUP_CHUNK = 5
+WARMUP_MAX = 20
+WARMUP_SETTLED = 0.02
+
+
+# -- the faces of a convex separable h --------------------------------------------------
+
+
+class Faces:
+    """Per-row points and slopes of a convex piecewise-linear h (see the module docstring).
+
+    Parameters
+    ----------
+    xp : array namespace
+    penalty : Penalty
+        Zero, NonNeg, Box, L1 or NonNegL1 (codes CODE_BOX and CODE_L1).
+    n : int
+        Rows.
+    """
+
+    def __init__(self, xp, penalty, n):
+        if penalty.code not in (CODE_BOX, CODE_L1):
+            raise ValueError(f"Faces needs a convex piecewise-linear penalty, got {penalty!r}")
+        inf = math.inf
+        lb = np.broadcast_to(np.asarray(penalty.lb, dtype=np.float64), (n,))
+        ub = np.broadcast_to(np.asarray(penalty.ub, dtype=np.float64), (n,))
+        lam = float(penalty.lam) if penalty.code == CODE_L1 else 0.0
+        split = (lam > 0) & (lb < 0) & (ub > 0)
+        pts = np.full((n, 3), inf)
+        pts[:, 0] = lb
+        pts[:, 1] = np.where(split, 0.0, ub)
+        pts[:, 2] = np.where(split, ub, inf)
+        n_pts = np.where(split, 3, 2)
+        # slope of piece i (between points i and i + 1)
+        one_piece = np.where(lb >= 0, lam, np.where(ub <= 0, -lam, 0.0))
+        slope = np.zeros((n, 2))
+        slope[:, 0] = np.where(split, -lam, one_piece)
+        slope[:, 1] = np.where(split, lam, inf)
+        # slopes left and right of point i; +-inf where no piece (or an empty one) is there
+        left = np.full((n, 3), -inf)
+        right = np.full((n, 3), inf)
+        for i in range(3):
+            if i >= 1:
+                left[:, i] = np.where(i < n_pts, slope[:, i - 1], -inf)
+            if i <= 1:
+                has_piece = (i + 1 < n_pts) & (pts[:, min(i + 1, 2)] > pts[:, i])
+                right[:, i] = np.where(has_piece, slope[:, i], inf)
+        self.xp = xp
+        self.pts = xp.asarray(pts)
+        self.slope = xp.asarray(slope)
+        self.left = xp.asarray(left)
+        self.right = xp.asarray(right)
+        self.n_pts = xp.asarray(n_pts)
+
+    def states(self, x):
+        """State of every entry of x: 2i = fixed at point i, 2i + 1 = free on piece i."""
+        xp = self.xp
+        x = xp.astype(x, xp.float64)
+        count = xp.zeros(x.shape, dtype=xp.int64)
+        equal = xp.zeros(x.shape, dtype=xp.bool)
+        for i in range(3):
+            p = self.pts[:, i : i + 1]
+            count += xp.astype(x > p, xp.int64)
+            equal |= x == p
+        return 2 * count - 1 + xp.astype(equal, xp.int64)
+
+    def _take(self, table, idx):
+        """table[j, idx[j, c]] (idx clipped to the table), by a chain of where's."""
+        xp = self.xp
+        out = table[:, 0:1] + xp.zeros(idx.shape, dtype=table.dtype)
+        for i in range(1, table.shape[1]):
+            out = xp.where(idx >= i, table[:, i : i + 1], out)
+        return out
+
+    def decode(self, q):
+        """free (bool), value (fixed value, 0 if free), sigma (slope, 0 if fixed)."""
+        xp = self.xp
+        i = q // 2
+        free = (q % 2) == 1
+        value = xp.where(free, 0.0, self._take(self.pts, i))
+        sigma = xp.where(free, self._take(self.slope, i), 0.0)
+        return free, value, sigma
+
+    def moves(self, q, x, g, eps):
+        """-1 / +1 where a variable violates KKT and must move left / right, else 0."""
+        xp = self.xp
+        i = q // 2
+        free = (q % 2) == 1
+        lo = self._take(self.pts, i)
+        hi = self._take(self.pts, i + 1)
+        down = xp.where(free, x < lo, g + self._take(self.left, i) > eps)
+        up = xp.where(free, x > hi, g + self._take(self.right, i) < -eps)
+        return xp.astype(up, xp.int64) - xp.astype(down, xp.int64)
+
+    def clip(self, q, x):
+        """x with every free entry clipped into its piece and fixed entries set exactly."""
+        xp = self.xp
+        i = q // 2
+        free = (q % 2) == 1
+        lo = self._take(self.pts, i)
+        hi = self._take(self.pts, i + 1)
+        return xp.where(free, xp.clip(x, lo, hi), lo)
+
+
+# -- objective and KKT residual (float64) -------------------------------------------------
+
+
+def column_objective(xp, a, r, x, penalty):
+    """F per column, and the magnitude of its terms (for rounding-aware comparisons)."""
+    ax = xp.matmul(a, x)
+    h = penalty.value(x)
+    quad = 0.5 * x * ax
+    lin = x * r
+    f = xp.sum(quad + lin, axis=0) + xp.sum(h, axis=0)
+    size = xp.sum(xp.abs(quad) + xp.abs(lin), axis=0) + xp.sum(xp.abs(h), axis=0)
+    return f, size
+
+
+def kkt_residual(a, r, x, penalty):
+    """Relative, scale-invariant KKT residual of every column of x (float64, host).
+
+    Per entry, the move of an exact coordinate minimisation, in gradient units:
+
+        rho_j = A_jj (x_j - prox_{h / A_jj}(x_j - g_j / A_jj)),       g = A x + r,
+
+    zero for every j exactly when x satisfies the KKT conditions (convex h; a coordinate-wise
+    minimum for L0/Lp).  The residual of a column is ||rho||_2 / (||A x||_2 + ||r||_2),
+    unchanged when A, r and h are scaled together or x, r and the bounds are.
+    """
+    xp = namespace(a, r, x)
+    a = xp.astype(a, xp.float64)
+    r = xp.astype(r, xp.float64)
+    x = xp.astype(x, xp.float64)
+    ax = xp.matmul(a, x)
+    g = ax + r
+    d = xp.diagonal(a)
+    floor = 1e-300 + np.finfo(np.float64).eps * float(xp.max(xp.abs(d)))
+    b = xp.maximum(d, floor * xp.ones_like(d))[:, None]
+    move = x - penalty.prox(g - b * x, b)
+    num = xp.linalg.vector_norm(b * move, axis=0)
+    den = xp.linalg.vector_norm(ax, axis=0) + xp.linalg.vector_norm(r, axis=0)
+    rel = xp.where(den > 0, num / xp.where(den > 0, den, xp.ones_like(den)), num)
+    return np.asarray(to_host(rel), dtype=np.float64)
+
+
+# -- principal pivoting on the faces -------------------------------------------------------
+
+
+class FaceSolver:
+    """Solve A_FF x_F = b_F per column (x zero off F).
+
+    method: "direct" (grouped Cholesky in NumPy + Numba on the CPU, padded batched
+    factorisations on a GPU), "batched" (the array-API padded batches everywhere) or "cg"
+    (conjugate gradients on the face, warm-started).
+    """
+
+    def __init__(self, xp, a, method):
+        if method not in ("direct", "batched", "cg"):
+            raise ValueError(f"unknown face solver {method!r}")
+        self.xp = xp
+        self.a = a
+        self.method = method
+        self.on_host = isinstance(a, np.ndarray)
+        self.cg_iterations = 0
+        self.solves = 0
+
+    def __call__(self, rhs, free, x_warm=None):
+        self.solves += 1
+        if self.method == "cg":
+            x, it = solve_passive_cg(self.a, rhs, free, x_warm)
+            self.cg_iterations += it
+            return x
+        if self.method == "direct" and self.on_host:
+            return solve_passive(np.asarray(self.a), np.asarray(rhs), np.asarray(free))
+        return solve_passive_batched(self.a, rhs, free)
+
+
+def face_solution(a, r, q, faces, solve, locked=None, x_warm=None):
+    """The minimiser of F on the face q (free variables unconstrained within the face)."""
+    xp = faces.xp
+    free, value, sigma = faces.decode(q)
+    if locked is not None:
+        free = free & ~locked
+        value = xp.where(locked, 0.0, value)
+    rhs = -(r + sigma)
+    if bool(xp.any(value != 0)):
+        rhs = rhs - xp.matmul(a, value)
+    return value + solve(rhs, free, x_warm)
+
+
+def pivot(a, r, q, faces, solve, *, locked=None, max_rounds=None):
+    """Block principal pivoting from the states ``q`` until every column satisfies KKT.
+
+    Parameters
+    ----------
+    a : (n, n) float64, r : (n, c) float64
+    q : (n, c) int states (see :meth:`Faces.states`), the starting face
+    faces : Faces
+    solve : FaceSolver
+    locked : (n, c) bool, optional
+        Entries held fixed at zero whatever the KKT conditions say (the polish).
+    max_rounds : int, optional
+        Default ``min(5 n + 10, MAX_ROUNDS)``.
+
+    Returns
+    -------
+    x : (n, c) float64, feasible (free entries clipped into their pieces)
+    q : final states
+    ok : (c,) bool, columns that satisfied KKT
+    rounds : int
+    """
+    xp = faces.xp
+    n, c = r.shape
+    max_rounds = min(5 * n + 10, MAX_ROUNDS) if max_rounds is None else max_rounds
+    if locked is not None:
+        q = xp.where(locked, faces.states(xp.zeros_like(r)), q)
+    scale = float(xp.max(xp.abs(a)))
+
+    def violations(qs, xs, rs, ls):
+        g = xp.matmul(a, xs) + rs
+        # a violation must exceed the rounding of g (relative 1e-12 of its terms)
+        eps = 1e-12 * (scale * xp.max(xp.abs(xs), axis=0) + xp.max(xp.abs(rs), axis=0))
+        mv = faces.moves(qs, xs, g, eps[None, :])
+        return mv if ls is None else xp.where(ls, 0, mv)
+
+    x = face_solution(a, r, q, faces, solve, locked)
+    mv = violations(q, x, r, locked)
+    bad = xp.sum(xp.astype(mv != 0, xp.int64), axis=0)
+    p_bar = 3
+    p_vec = xp.full((c,), p_bar, dtype=xp.int64)
+    ninf = xp.full((c,), n + 1, dtype=xp.int64)
+    rounds = 0
+    rows = xp.arange(n)[:, None]
+    while bool(xp.any(bad > 0)) and rounds < max_rounds:
+        rounds += 1
+        idx = xp.nonzero(bad > 0)[0]
+        qs, xs, rs, mvs = q[:, idx], x[:, idx], r[:, idx], mv[:, idx]
+        ls = None if locked is None else locked[:, idx]
+        bad_s, p_s, ninf_s = bad[idx], p_vec[idx], ninf[idx]
+        # Kim & Park's rule: full exchange while the violation count improves (or for
+        # p_bar more rounds), else Murty's backup: only the last violating variable moves
+        better = bad_s < ninf_s
+        patient = ~better & (p_s >= 1)
+        p_s = xp.where(better, p_bar, xp.where(patient, p_s - 1, p_s))
+        ninf_s = xp.where(better, bad_s, ninf_s)
+        full = better | patient
+        last = xp.max(xp.where(mvs != 0, rows, -1), axis=0)
+        qs = qs + xp.where(full[None, :] | (rows == last[None, :]), mvs, 0)
+        xs = face_solution(a, rs, qs, faces, solve, ls, xs)
+        mvs = violations(qs, xs, rs, ls)
+        q[:, idx] = qs
+        x[:, idx] = xs
+        mv[:, idx] = mvs
+        p_vec[idx] = p_s
+        ninf[idx] = ninf_s
+        bad[idx] = xp.sum(xp.astype(mvs != 0, xp.int64), axis=0)
+    x = faces.clip(q, x)
+    if locked is not None:
+        x = xp.where(locked, 0.0, x)
+    return x, q, bad == 0, rounds
+
+
+#: Pivoting rounds before the columns still violating KKT go to :func:`active_set`.
+MAX_ROUNDS = 12
+
+
+def active_set(a, r, x, q, faces, solve, *, locked=None, max_iter=None):
+    """Monotone primal active-set iterations (Lawson & Hanson's, on every penalty's faces).
+
+    From a feasible x on the face q: solve on the face; if the solution z leaves a piece,
+    step from x towards z up to the first bound (F decreases along the segment) and fix
+    the variables that reach it; else take z and let every variable violating KKT move
+    (only the worst one after a zero-length step, which rules out cycling).
+
+    Returns (x, ok, iterations), x feasible with F never larger than at the start.
+    """
+    xp = faces.xp
+    n, c = r.shape
+    max_iter = 5 * n + 10 if max_iter is None else max_iter
+    scale = float(xp.max(xp.abs(a)))
+    ok = xp.zeros((c,), dtype=xp.bool)
+    single = xp.zeros((c,), dtype=xp.bool)
+    todo = xp.arange(c)
+    it = 0
+    while todo.shape[0] > 0 and it < max_iter:
+        it += 1
+        qs, xs, rs = q[:, todo], x[:, todo], r[:, todo]
+        ls = None if locked is None else locked[:, todo]
+        z = face_solution(a, rs, qs, faces, solve, ls, xs)
+        i = qs // 2
+        free = (qs % 2) == 1
+        lo = faces._take(faces.pts, i)
+        hi = faces._take(faces.pts, i + 1)
+        d = z - xs
+        over = free & (z > hi)
+        under = free & (z < lo)
+        safe = xp.where(d != 0, d, xp.ones_like(d))
+        ratio = xp.where(over, (hi - xs) / safe, xp.where(under, (lo - xs) / safe, xp.inf))
+        alpha = xp.min(ratio, axis=0)
+        blocked = alpha < xp.inf
+        alpha = xp.where(blocked, xp.clip(alpha, 0.0, 1.0), 1.0)
+        hit = (over | under) & (ratio <= alpha[None, :])
+        qs = qs + xp.astype(hit & over, xp.int64) - xp.astype(hit & under, xp.int64)
+        xs = faces.clip(qs, xs + alpha[None, :] * d)
+        if ls is not None:
+            xs = xp.where(ls, 0.0, xs)
+        g = xp.matmul(a, xs) + rs
+        eps = 1e-12 * (scale * xp.max(xp.abs(xs), axis=0) + xp.max(xp.abs(rs), axis=0))
+        mv = faces.moves(qs, xs, g, eps[None, :])
+        mv = xp.where(blocked[None, :], 0, mv)
+        if ls is not None:
+            mv = xp.where(ls, 0, mv)
+        # after a zero-length step only the most violating variable moves
+        worst = xp.argmax(xp.abs(mv) * xp.abs(g), axis=0)
+        only = xp.arange(n)[:, None] == worst[None, :]
+        sng = single[todo]
+        mv = xp.where(sng[None, :] & ~only, 0, mv)
+        done = ~blocked & (xp.sum(xp.abs(mv), axis=0) == 0)
+        single[todo] = blocked & (alpha == 0)
+        q[:, todo] = qs + mv
+        x[:, todo] = xs
+        ok[todo] = done
+        todo = todo[~done]
+    return x, ok, it
+
+
+def projected_face_step(a, r, x, penalty, faces, solve, max_halvings=30):
+    """One monotone step: solve on the face of x, then a projected search towards it.
+
+    x(t) = clip_face(x + t (x_face - x)) for t = 1, 1/2, 1/4, ...; per column the first
+    t with F(x(t)) <= F(x) is taken (else x is kept).  The clip keeps every variable in
+    the closure of its piece (its bound, or its sign for l1), as in More & Toraldo's GPCG.
+    """
+    xp = faces.xp
+    q = faces.states(x)
+    d = face_solution(a, r, q, faces, solve, None, x) - x
+    f0, size0 = column_objective(xp, a, r, x, penalty)
+    out = x
+    done = xp.zeros((x.shape[1],), dtype=xp.bool)
+    t = 1.0
+    for _ in range(max_halvings):
+        xt = faces.clip(q, x + t * d)
+        ft, _ = column_objective(xp, a, r, xt, penalty)
+        take = ~done & (ft <= f0)
+        out = xp.where(take[None, :], xt, out)
+        done = done | take
+        if bool(xp.all(done)):
+            break
+        t *= 0.5
+    return out
+
+
+# -- the finish of one MSM run --------------------------------------------------------------
+
+
+def finish_columns(
+    a, r, x, penalty, *, method, tol, sweep=None, fallback_rounds=10, fallback_sweeps=5
+):
+    """Finish the MSM iterate ``x`` (n x c) of min 1/2 x'Ax + x'r + h(x), per column.
+
+    Parameters
+    ----------
+    a, r, x : backend arrays (any float dtype; the finish works in float64)
+    penalty : Penalty
+    method : {"direct", "batched", "cg"}
+        How faces are solved (see :class:`FaceSolver`).
+    tol : float
+        KKT tolerance (convex h) / MSM step tolerance of the fixed-point check (L0, Lp).
+    sweep : callable, optional
+        ``sweep(x_cols, cols, k)`` -> x after k MSM sweeps on the columns ``cols`` (in the
+        working dtype).  Used between the monotone steps for columns the pivoting did not
+        finish, and for the fixed-point check of the polish.
+    fallback_rounds, fallback_sweeps : int
+        Monotone rounds (``fallback_sweeps`` MSM sweeps + :func:`projected_face_step`)
+        for the columns the pivoting left violating KKT.
+
+    Returns
+    -------
+    x : (n, c) float64, per column never of larger F than the input (up to rounding of F)
+    info : dict
+    """
+    xp = namespace(a, r, x)
+    a64 = xp.astype(a, xp.float64)
+    r64 = xp.astype(r, xp.float64)
+    x_in = xp.astype(x, xp.float64)
+    solver = FaceSolver(xp, a64, method)
+    n, c = r.shape
+    if penalty.is_convex:
+        faces = Faces(xp, penalty, n)
+        locked = None
+    else:
+        from .penalties import Box
+
+        faces = Faces(xp, Box(penalty.lb, penalty.ub), n)
+        locked = x_in == 0
+    xf, q, ok, rounds = pivot(a64, r64, faces.states(x_in), faces, solver, locked=locked)
+    active_iters = 0
+    if not bool(xp.all(ok)):
+        # the columns the pivoting did not finish: monotone active set from the better
+        # (in F) of the MSM iterate and the pivoting's last point
+        cols = xp.nonzero(~ok)[0]
+        x_in_c = faces.clip(faces.states(x_in[:, cols]), x_in[:, cols])
+        if locked is not None:
+            x_in_c = xp.where(locked[:, cols], 0.0, x_in_c)
+        start = xp.where(
+            _no_increase(xp, a64, r64[:, cols], x_in_c, xf[:, cols], penalty)[None, :],
+            xf[:, cols],
+            x_in_c,
+        )
+        lc = None if locked is None else locked[:, cols]
+        xa, _, active_iters = active_set(
+            a64, r64[:, cols], start, faces.states(start), faces, solver, locked=lc
+        )
+        xf[:, cols] = xa
+    if not penalty.is_convex:
+        keep = _no_increase(xp, a64, r64, x_in, xf, penalty)
+        keep = keep & _fixed_points(xp, xf, xp.arange(c), sweep, x.dtype, tol)
+        x_out = xp.where(keep[None, :], xf, x_in)
+        return x_out, _info(xp, solver, rounds, active_iters, 0, keep)
+    x_out = xf
+    fallback = 0
+    todo = xp.nonzero(xp.asarray(kkt_residual(a64, r64, x_out, penalty) > tol))[0]
+    while todo.shape[0] > 0 and fallback < fallback_rounds:
+        fallback += 1
+        xs = x_out[:, todo]
+        if sweep is not None:
+            xs = xp.astype(sweep(xp.astype(xs, x.dtype), todo, fallback_sweeps), xp.float64)
+        rs = r64[:, todo]
+        xs = projected_face_step(a64, rs, xs, penalty, faces, solver)
+        x_out[:, todo] = xs
+        todo = todo[xp.asarray(kkt_residual(a64, rs, xs, penalty) > tol)]
+    keep = _no_increase(xp, a64, r64, x_in, x_out, penalty)
+    x_out = xp.where(keep[None, :], x_out, x_in)
+    return x_out, _info(xp, solver, rounds, active_iters, fallback, keep)
+
+
+def _info(xp, solver, rounds, active_iters, fallback, keep):
+    return {
+        "finish_rounds": rounds,
+        "finish_active_set_iterations": active_iters,
+        "finish_fallback_rounds": fallback,
+        "finish_accepted": np.asarray(to_host(keep)),
+        "finish_face_solves": solver.solves,
+        "finish_cg_iterations": solver.cg_iterations,
+    }
+
+
+def _no_increase(xp, a, r, x_old, x_new, penalty):
+    """Columns where F(x_new) <= F(x_old), up to the rounding of F (4 eps |terms|)."""
+    f_old, size_old = column_objective(xp, a, r, x_old, penalty)
+    f_new, size_new = column_objective(xp, a, r, x_new, penalty)
+    eps = np.finfo(np.float64).eps
+    return f_new <= f_old + 4 * eps * (size_old + size_new)
+
+
+def _fixed_points(xp, xf, cols, sweep, dtype, tol):
+    """Columns of xf that one MSM sweep leaves in place (to the MSM stopping rule)."""
+    if sweep is None:
+        return xp.ones((xf.shape[1],), dtype=xp.bool)
+    xd = xp.astype(xf, dtype)
+    moved = xp.astype(sweep(xd, cols, 1), xp.float64) - xp.astype(xd, xp.float64)
+    step = xp.linalg.vector_norm(moved, axis=0)
+    size = xp.linalg.vector_norm(xf, axis=0)
+    return step <= tol * xp.maximum(size, xp.ones_like(size))
+
+
+# -- MSM + finish: what msm_gpu.solve runs when finish is not None ---------------------------
+
+
+def check_finish(finish):
+    """Validate the ``finish`` option: "auto", "exact" or None."""
+    if finish is None or (isinstance(finish, str) and finish in FINISH_MODES):
+        return finish
+    raise ValueError(f"finish must be 'auto', 'exact' or None, got {finish!r}")
+
+
+def face_method(finish, n, on_host):
+    """How faces are solved: "cg" for large n under "auto", factorisations otherwise."""
+    if finish == "auto" and n > DIRECT_MAX_N:
+        return "cg"
+    return "direct"
+
+
+def run_finished(
+    backend,
+    a,
+    r,
+    x0,
+    penalty,
+    splitting,
+    *,
+    finish,
+    tol,
+    max_iter,
+    time_limit,
+    record_objective,
+    callback,
+    panel,
+    to_user,
+    start_time,
+):
+    """MSM sweeps (``driver.run_msm``) followed by the exact finish; same dict as run_msm.
+
+    Convex h: MSM runs in chunks of :data:`WARMUP_CHUNK` sweeps until the face (the
+    entries at a bound / at zero) stops changing (fewer than 1 % of the entries move
+    between chunks) or ``max_iter`` sweeps are done; then :func:`finish_columns`.  A column
+    is converged when its relative KKT residual (:func:`kkt_residual`) is <= ``tol``.
+    Nonconvex h (L0, Lp): the plain MSM run to its own stopping rule, then the polish;
+    ``converged`` keeps MSM's meaning (the step rule).
+
+    The extra entries of the returned dict: ``info`` (kkt_residual per column, finish
+    details) and ``timings["finish"]``.
+    """
+    from .driver import run_msm
+
+    xp = backend.xp
+    loop = {
+        "time_limit": time_limit,
+        "callback": callback,
+        "panel": panel,
+        "to_user": to_user,
+        "start_time": start_time,
+    }
+    n, c = r.shape
+
+    def sweep(x_cols, cols, k):
+        sub = run_msm(
+            backend,
+            a,
+            r[:, cols],
+            x_cols,
+            penalty,
+            splitting,
+            tol=0.0,
+            max_iter=k,
+            time_limit=None,
+            record_objective=False,
+            callback=None,
+            panel=panel,
+            to_user=lambda v: v,
+            start_time=time.perf_counter(),
+        )
+        return sub["x"]
+
+    history = []
+    n_iter = 0
+    n_iter_cols = np.zeros(c, dtype=np.int64)
+    timings = {"setup": 0.0, "iterations": 0.0}
+    x = x0
+    if penalty.is_convex:
+        faces = Faces(xp, penalty, n)
+        q_old = faces.states(x)
+        budget = min(max_iter, WARMUP_MAX)
+        while True:
+            chunk = min(WARMUP_CHUNK, budget)
+            out = run_msm(
+                backend,
+                a,
+                r,
+                x,
+                penalty,
+                splitting,
+                tol=tol,
+                max_iter=chunk,
+                record_objective=record_objective,
+                **loop,
+            )
+            x = out["x"]
+            timings["setup"] = timings["setup"] or out["timings"]["setup"]
+            timings["iterations"] += out["timings"]["iterations"]
+            n_iter += out["n_iter"]
+            n_iter_cols += out["n_iter_columns"]
+            budget -= out["n_iter"]
+            hist = out["objective"]
+            history.extend(hist[1:] if history else hist)
+            q = faces.states(x)
+            moved = float(xp.mean(xp.astype(q != q_old, xp.float64)))
+            q_old = q
+            if moved < WARMUP_SETTLED or budget <= 0 or out["n_iter"] < chunk:
+                break
+    else:
+        out = run_msm(
+            backend,
+            a,
+            r,
+            x,
+            penalty,
+            splitting,
+            tol=tol,
+            max_iter=max_iter,
+            record_objective=record_objective,
+            **loop,
+        )
+        x = out["x"]
+        n_iter = out["n_iter"]
+        n_iter_cols = out["n_iter_columns"]
+        history = list(out["objective"])
+        timings = dict(out["timings"])
+    stopped = out["message"].startswith(("stopped", "reached time_limit"))
+    started = time.perf_counter()
+    method = face_method(finish, n, backend.name == "cpu")
+    info = {"finish": finish, "finish_method": method}
+    if not stopped:
+        with _blas_threads(backend, n, c):
+            x64, details = finish_columns(a, r, x, penalty, method=method, tol=tol, sweep=sweep)
+        info.update(details)
+        x = xp.astype(x64, a.dtype)
+    kkt = kkt_residual(a, r, x, penalty)
+    info["kkt_residual"] = kkt
+    f_cols, _ = column_objective(
+        xp, xp.astype(a, xp.float64), xp.astype(r, xp.float64), xp.astype(x, xp.float64), penalty
+    )
+    fun = float(xp.sum(f_cols))
+    if record_objective:
+        history.append(fun)
+    if penalty.is_convex:
+        converged = kkt <= tol
+        if stopped:
+            message = out["message"]
+        elif converged.all():
+            message = f"converged: KKT residual <= tol = {tol:g} in every column (finish)"
+        else:
+            message = (
+                f"finish: {int((~converged).sum())} of {c} columns have a KKT "
+                f"residual above tol = {tol:g}"
+            )
+    else:
+        converged = out["converged_columns"]
+        message = out["message"] + " (then the support polish)"
+    timings["finish"] = time.perf_counter() - started
+    return {
+        "x": x,
+        "fun": fun,
+        "n_iter": n_iter,
+        "converged_columns": np.asarray(converged, dtype=bool),
+        "n_iter_columns": n_iter_cols,
+        "message": message,
+        "objective": np.asarray(history, dtype=np.float64),
+        "timings": timings,
+        "info": info,
+    }
+
+
+#: Up to this n the finish's GEMMs ((n x n) @ (n x c)) are thin and memory-bound: BLAS runs
+#: them on one thread (threads cost more than they save there, above all on a busy machine).
+SERIAL_BLAS_N = 128
+
+
+class _blas_threads:
+    """Context manager: NumPy's BLAS on one thread for a CPU finish with n <= SERIAL_BLAS_N."""
+
+    _controller = None
+
+    def __init__(self, backend, n, c):
+        self.active = backend.name == "cpu" and n <= SERIAL_BLAS_N and n * n * c > 1e6
+        self.limiter = None
+
+    def __enter__(self):
+        if self.active:
+            if _blas_threads._controller is None:
+                from threadpoolctl import ThreadpoolController
+
+                _blas_threads._controller = ThreadpoolController()
+            self.limiter = _blas_threads._controller.limit(limits=1, user_api="blas")
+        return self
+
+    def __exit__(self, *exc):
+        if self.limiter is not None:
+            self.limiter.restore_original_limits()
+        return False
