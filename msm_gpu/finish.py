@@ -76,6 +76,7 @@ class Faces:
     def __init__(self, xp, penalty, n):
         if penalty.code not in (CODE_BOX, CODE_L1):
             raise ValueError(f"Faces needs a convex piecewise-linear penalty, got {penalty!r}")
+        penalty.table(n)  # checks per-row bounds against n (a ValueError naming n)
         inf = math.inf
         lb = np.broadcast_to(np.asarray(penalty.lb, dtype=np.float64), (n,))
         ub = np.broadcast_to(np.asarray(penalty.ub, dtype=np.float64), (n,))
