@@ -219,9 +219,10 @@ def solve_passive_batched(G, P, passive):
 def solve_passive_cg(G, P, passive, x0=None, *, rtol=1e-13, max_iter=None):
     """:func:`solve_passive` by Jacobi-preconditioned conjugate gradients (array API).
 
-    All columns at once: one masked GEMM ``G @ (F * p)`` per iteration.  A column stops
-    when its residual on F is below ``rtol`` times the larger of its right-hand side and
-    its starting residual (``x0`` restricted to F: a warm start; zeros by default).
+    All columns at once: one masked GEMM ``G @ (F * p)`` per iteration, on the columns
+    not yet converged (they are compacted as others finish).  A column stops when its
+    residual on F is below ``rtol`` times the larger of its right-hand side and its
+    starting residual (``x0`` restricted to F: a warm start; zeros by default).
 
     Returns
     -------
@@ -232,31 +233,52 @@ def solve_passive_cg(G, P, passive, x0=None, *, rtol=1e-13, max_iter=None):
     xp = namespace(G, P)
     k, c = P.shape
     G = xp.astype(G, xp.float64)
-    fmask = xp.astype(passive, xp.float64)
-    b = xp.astype(P, xp.float64) * fmask
-    x = xp.zeros_like(b) if x0 is None else xp.astype(x0, xp.float64) * fmask
+    fmask_all = xp.astype(passive, xp.float64)
+    b = xp.astype(P, xp.float64) * fmask_all
+    x_all = xp.zeros_like(b) if x0 is None else xp.astype(x0, xp.float64) * fmask_all
     diag = xp.diagonal(G)
-    dinv = fmask / xp.where(diag > 0, diag, xp.ones_like(diag))[:, None]
-    res = b - fmask * xp.matmul(G, x)
-    target = rtol * xp.maximum(xp.linalg.vector_norm(b, axis=0), xp.linalg.vector_norm(res, axis=0))
+    dinv_all = fmask_all / xp.where(diag > 0, diag, xp.ones_like(diag))[:, None]
+    res = b - fmask_all * xp.matmul(G, x_all)
+    norm = xp.linalg.vector_norm
+    target = rtol * xp.maximum(norm(b, axis=0), norm(res, axis=0))
+    cols = xp.nonzero(norm(res, axis=0) > target)[0]
+    max_iter = 2 * k if max_iter is None else int(max_iter)
+    n_iter = 0
+    if cols.shape[0] == 0:
+        return x_all, 0
+    # the working set: columns still iterating
+    x, res, fmask, dinv, tgt = (
+        x_all[:, cols],
+        res[:, cols],
+        fmask_all[:, cols],
+        dinv_all[:, cols],
+        target[cols],
+    )
     z = dinv * res
     p = z
     rz = xp.sum(res * z, axis=0)
-    max_iter = 2 * k if max_iter is None else int(max_iter)
-    n_iter = 0
-    active = xp.linalg.vector_norm(res, axis=0) > target
-    while n_iter < max_iter and bool(xp.any(active)):
+    while n_iter < max_iter:
         q = fmask * xp.matmul(G, p)
         pq = xp.sum(p * q, axis=0)
-        ok = active & (pq > 0)
+        ok = pq > 0
         alpha = xp.where(ok, rz / xp.where(ok, pq, xp.ones_like(pq)), xp.zeros_like(pq))
         x = x + alpha * p
         res = res - alpha * q
         z = dinv * res
         rz_new = xp.sum(res * z, axis=0)
-        beta = xp.where(ok, rz_new / xp.where(rz > 0, rz, xp.ones_like(rz)), xp.zeros_like(rz))
+        beta = xp.where(rz > 0, rz_new / xp.where(rz > 0, rz, xp.ones_like(rz)), 0.0)
         p = z + beta * p
         rz = rz_new
         n_iter += 1
-        active = ok & (xp.linalg.vector_norm(res, axis=0) > target)
-    return x, n_iter
+        going = ok & (norm(res, axis=0) > tgt)
+        n_going = int(xp.sum(xp.astype(going, xp.int64)))
+        if n_going == 0:
+            break
+        if n_going < 0.8 * going.shape[0]:  # compact: finished columns leave the GEMM
+            x_all[:, cols] = x
+            keep = xp.nonzero(going)[0]
+            cols = cols[keep]
+            x, res, p, rz = x[:, keep], res[:, keep], p[:, keep], rz[keep]
+            fmask, dinv, tgt = fmask[:, keep], dinv[:, keep], tgt[keep]
+    x_all[:, cols] = x
+    return x_all, n_iter

@@ -54,7 +54,7 @@ DIRECT_MAX_N = 400
 #: Warm-up: MSM runs in chunks of WARMUP_CHUNK sweeps, at most WARMUP_MAX sweeps, and stops
 #: once fewer than WARMUP_SETTLED of the entries changed face during the last chunk.
 WARMUP_CHUNK = 5
-WARMUP_MAX = 20
+WARMUP_MAX = 10
 WARMUP_SETTLED = 0.02
 
 
@@ -63,6 +63,11 @@ WARMUP_SETTLED = 0.02
 
 class Faces:
     """Per-row points and slopes of a convex piecewise-linear h (see the module docstring).
+
+    A state q (int) is 2i for "fixed at point i" and 2i + 1 for "free on piece i" (points
+    and pieces numbered from the left, at most 3 points).  Every quantity of a state is
+    tabulated per row and state, (n, 5); when all rows are alike (scalar bounds) the
+    tables are 1-D and a gather is one ``take``.
 
     Parameters
     ----------
@@ -82,80 +87,73 @@ class Faces:
         ub = np.broadcast_to(np.asarray(penalty.ub, dtype=np.float64), (n,))
         lam = float(penalty.lam) if penalty.code == CODE_L1 else 0.0
         split = (lam > 0) & (lb < 0) & (ub > 0)
-        pts = np.full((n, 3), inf)
+        pts = np.full((n, 4), inf)  # points 0..2, padded with +inf
         pts[:, 0] = lb
         pts[:, 1] = np.where(split, 0.0, ub)
         pts[:, 2] = np.where(split, ub, inf)
         n_pts = np.where(split, 3, 2)
         # slope of piece i (between points i and i + 1)
         one_piece = np.where(lb >= 0, lam, np.where(ub <= 0, -lam, 0.0))
-        slope = np.zeros((n, 2))
+        slope = np.zeros((n, 3))
         slope[:, 0] = np.where(split, -lam, one_piece)
-        slope[:, 1] = np.where(split, lam, inf)
-        # slopes left and right of point i; +-inf where no piece (or an empty one) is there
-        left = np.full((n, 3), -inf)
-        right = np.full((n, 3), inf)
-        for i in range(3):
-            if i >= 1:
-                left[:, i] = np.where(i < n_pts, slope[:, i - 1], -inf)
-            if i <= 1:
-                has_piece = (i + 1 < n_pts) & (pts[:, min(i + 1, 2)] > pts[:, i])
-                right[:, i] = np.where(has_piece, slope[:, i], inf)
+        slope[:, 1] = np.where(split, lam, 0.0)
+        # per state q = 0..4: i = q // 2
+        tab = {k: np.zeros((n, 5)) for k in ("lo", "hi", "value", "sigma", "left", "right")}
+        free = np.zeros((n, 5), dtype=bool)
+        for q in range(5):
+            i = q // 2
+            if q % 2:  # free on piece i
+                free[:, q] = True
+                tab["lo"][:, q] = pts[:, i]
+                tab["hi"][:, q] = pts[:, i + 1]
+                tab["sigma"][:, q] = slope[:, i]
+            else:  # fixed at point i; +-inf slopes where no (or an empty) piece is there
+                tab["lo"][:, q] = tab["hi"][:, q] = tab["value"][:, q] = pts[:, i]
+                tab["left"][:, q] = slope[:, i - 1] if i >= 1 else -inf
+                has_right = (i + 1 < n_pts) & (pts[:, i + 1] > pts[:, i])
+                tab["right"][:, q] = np.where(has_right, slope[:, min(i, 2)], inf)
+        tab["value"] = np.where(np.isfinite(tab["value"]), tab["value"], 0.0)
         self.xp = xp
-        self.pts = xp.asarray(pts)
-        self.slope = xp.asarray(slope)
-        self.left = xp.asarray(left)
-        self.right = xp.asarray(right)
-        self.n_pts = xp.asarray(n_pts)
+        self.uniform = bool(np.all(pts == pts[:1]) and np.all(slope == slope[:1]))
+        rows = slice(0, 1) if self.uniform else slice(None)
+        self.pts = xp.asarray(pts[rows, :3])
+        self.tables = {k: xp.asarray(v[rows]) for k, v in tab.items()}
+        self.tables["free"] = xp.asarray(free[rows])
 
     def states(self, x):
         """State of every entry of x: 2i = fixed at point i, 2i + 1 = free on piece i."""
         xp = self.xp
-        x = xp.astype(x, xp.float64)
         count = xp.zeros(x.shape, dtype=xp.int64)
         equal = xp.zeros(x.shape, dtype=xp.bool)
         for i in range(3):
-            p = self.pts[:, i : i + 1]
+            p = xp.astype(self.pts[:, i : i + 1], x.dtype)
             count += xp.astype(x > p, xp.int64)
             equal |= x == p
         return 2 * count - 1 + xp.astype(equal, xp.int64)
 
-    def _take(self, table, idx):
-        """table[j, idx[j, c]] (idx clipped to the table), by a chain of where's."""
+    def get(self, name, q):
+        """The tabulated quantity ``name`` of every entry's state."""
         xp = self.xp
-        out = table[:, 0:1] + xp.zeros(idx.shape, dtype=table.dtype)
-        for i in range(1, table.shape[1]):
-            out = xp.where(idx >= i, table[:, i : i + 1], out)
-        return out
+        table = self.tables[name]
+        if self.uniform:
+            return xp.take(table[0], q)
+        return xp.take_along_axis(table, q, axis=1)
 
     def decode(self, q):
         """free (bool), value (fixed value, 0 if free), sigma (slope, 0 if fixed)."""
-        xp = self.xp
-        i = q // 2
-        free = (q % 2) == 1
-        value = xp.where(free, 0.0, self._take(self.pts, i))
-        sigma = xp.where(free, self._take(self.slope, i), 0.0)
-        return free, value, sigma
+        return self.get("free", q), self.get("value", q), self.get("sigma", q)
 
     def moves(self, q, x, g, eps):
         """-1 / +1 where a variable violates KKT and must move left / right, else 0."""
         xp = self.xp
-        i = q // 2
-        free = (q % 2) == 1
-        lo = self._take(self.pts, i)
-        hi = self._take(self.pts, i + 1)
-        down = xp.where(free, x < lo, g + self._take(self.left, i) > eps)
-        up = xp.where(free, x > hi, g + self._take(self.right, i) < -eps)
+        free = self.get("free", q)
+        down = xp.where(free, x < self.get("lo", q), g + self.get("left", q) > eps)
+        up = xp.where(free, x > self.get("hi", q), g + self.get("right", q) < -eps)
         return xp.astype(up, xp.int64) - xp.astype(down, xp.int64)
 
     def clip(self, q, x):
         """x with every free entry clipped into its piece and fixed entries set exactly."""
-        xp = self.xp
-        i = q // 2
-        free = (q % 2) == 1
-        lo = self._take(self.pts, i)
-        hi = self._take(self.pts, i + 1)
-        return xp.where(free, xp.clip(x, lo, hi), lo)
+        return self.xp.clip(x, self.get("lo", q), self.get("hi", q))
 
 
 # -- objective and KKT residual (float64) -------------------------------------------------
@@ -219,11 +217,12 @@ class FaceSolver:
         self.on_host = isinstance(a, np.ndarray)
         self.cg_iterations = 0
         self.solves = 0
+        self.rtol = 1e-13  # CG: relative residual of a face solve
 
     def __call__(self, rhs, free, x_warm=None):
         self.solves += 1
         if self.method == "cg":
-            x, it = solve_passive_cg(self.a, rhs, free, x_warm)
+            x, it = solve_passive_cg(self.a, rhs, free, x_warm, rtol=self.rtol)
             self.cg_iterations += it
             return x
         if self.method == "direct" and self.on_host:
@@ -244,7 +243,7 @@ def face_solution(a, r, q, faces, solve, locked=None, x_warm=None):
     return value + solve(rhs, free, x_warm)
 
 
-def pivot(a, r, q, faces, solve, *, locked=None, max_rounds=None):
+def pivot(a, r, q, faces, solve, *, locked=None, max_rounds=None, x_warm=None):
     """Block principal pivoting from the states ``q`` until every column satisfies KKT.
 
     Parameters
@@ -279,7 +278,7 @@ def pivot(a, r, q, faces, solve, *, locked=None, max_rounds=None):
         mv = faces.moves(qs, xs, g, eps[None, :])
         return mv if ls is None else xp.where(ls, 0, mv)
 
-    x = face_solution(a, r, q, faces, solve, locked)
+    x = face_solution(a, r, q, faces, solve, locked, x_warm)
     mv = violations(q, x, r, locked)
     bad = xp.sum(xp.astype(mv != 0, xp.int64), axis=0)
     p_bar = 3
@@ -316,6 +315,10 @@ def pivot(a, r, q, faces, solve, *, locked=None, max_rounds=None):
     return x, q, bad == 0, rounds
 
 
+#: Relative residuals of the CG face solves: while the face is searched, and at the end.
+CG_LOOSE = 1e-7
+CG_TIGHT = 1e-13
+
 #: Pivoting rounds before the columns still violating KKT go to :func:`active_set`.
 MAX_ROUNDS = 12
 
@@ -343,10 +346,9 @@ def active_set(a, r, x, q, faces, solve, *, locked=None, max_iter=None):
         qs, xs, rs = q[:, todo], x[:, todo], r[:, todo]
         ls = None if locked is None else locked[:, todo]
         z = face_solution(a, rs, qs, faces, solve, ls, xs)
-        i = qs // 2
-        free = (qs % 2) == 1
-        lo = faces._take(faces.pts, i)
-        hi = faces._take(faces.pts, i + 1)
+        free = faces.get("free", qs)
+        lo = faces.get("lo", qs)
+        hi = faces.get("hi", qs)
         d = z - xs
         over = free & (z > hi)
         under = free & (z < lo)
@@ -449,7 +451,16 @@ def finish_columns(
 
         faces = Faces(xp, Box(penalty.lb, penalty.ub), n)
         locked = x_in == 0
-    xf, q, ok, rounds = pivot(a64, r64, faces.states(x_in), faces, solver, locked=locked)
+    q = faces.states(x_in)
+    if method == "cg":
+        # CG: identify the face with loose solves first, then solve it tightly
+        solver.rtol = CG_LOOSE
+        xf, q, ok, rounds = pivot(a64, r64, q, faces, solver, locked=locked, x_warm=x_in)
+        solver.rtol = CG_TIGHT
+        xf, q, ok, more = pivot(a64, r64, q, faces, solver, locked=locked, x_warm=xf)
+        rounds += more
+    else:
+        xf, q, ok, rounds = pivot(a64, r64, q, faces, solver, locked=locked)
     active_iters = 0
     if not bool(xp.all(ok)):
         # the columns the pivoting did not finish: monotone active set from the better
