@@ -21,7 +21,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .arrays import module_of, namespace
+from .arrays import module_of, namespace, to_host
 
 
 def _solve_columns(G, P, passive, cols, X):
@@ -149,14 +149,22 @@ BATCH_ENTRIES = 1 << 24
 
 
 def _group_keys(passive):
-    """Group ids of the columns of ``passive`` (k x c bool): equal free sets, equal id.
+    """Group ids of the columns of ``passive`` (k x c bool; equal free sets, equal id).
 
-    Returns (inverse (c,), first (g,)): the id of each column and one column of each group.
+    Returns (inverse (c,), first (g,)): the id of each column and one column of each
+    group, in the namespace of ``passive``.  k <= 62: one integer key per column, unique
+    on the device; larger k: the bit-packed columns are grouped on the host.
     """
     mod = module_of(passive)
-    keys = mod.packbits(passive, axis=0)
-    _, first, inverse = mod.unique(keys, axis=1, return_index=True, return_inverse=True)
-    return mod.reshape(inverse, (-1,)), first
+    k = passive.shape[0]
+    if k <= 62:
+        weights = mod.asarray(1 << np.arange(k, dtype=np.int64))
+        keys = weights @ passive.astype(mod.int64)
+        _, first, inverse = mod.unique(keys, return_index=True, return_inverse=True)
+        return mod.reshape(inverse, (-1,)), first
+    packed = to_host(mod.packbits(passive, axis=0))
+    _, first, inverse = np.unique(packed, axis=1, return_index=True, return_inverse=True)
+    return mod.asarray(np.reshape(inverse, (-1,))), mod.asarray(first)
 
 
 def _inverse_spd(xp, m):
