@@ -86,6 +86,13 @@ def solve(
         check_convergence only apply to MSM.  FISTA ("apg", "apg_ls") is not monotone
         and has no convergence guarantee for the nonconvex L0/Lp; it is kept as the
         paper's comparator.
+    finish : {"auto", "exact", None}
+        After the MSM sweeps, solve exactly on the face they found (``msm_gpu/finish.py``):
+        "auto" (default) factorises faces for n <= 400 and uses conjugate gradients above,
+        "exact" always factorises, None is the paper's plain MSM.  With a finish and a
+        convex penalty, ``converged`` means a relative KKT residual <= ``tol`` in every
+        column (``info["kkt_residual"]``); for L0/Lp the finish is a support polish that
+        never increases F.  MSM only (ignored by the baselines).
 
     Returns
     -------

@@ -567,7 +567,7 @@ def check_finish(finish):
     raise ValueError(f"finish must be 'auto', 'exact' or None, got {finish!r}")
 
 
-def face_method(finish, n, on_host):
+def face_method(finish, n):
     """How faces are solved: "cg" for large n under "auto", factorisations otherwise."""
     if finish == "auto" and n > DIRECT_MAX_N:
         return "cg"
@@ -692,7 +692,7 @@ def run_finished(
         timings = dict(out["timings"])
     stopped = out["message"].startswith(("stopped", "reached time_limit"))
     started = time.perf_counter()
-    method = face_method(finish, n, backend.name == "cpu")
+    method = face_method(finish, n)
     info = {"finish": finish, "finish_method": method}
     if not stopped:
         with _blas_threads(backend, n, c):
