@@ -86,6 +86,8 @@ class LoopOutcome:
     diverged: bool = False
 
 
+#: Message of a run ended by ``phase_done``.
+PHASE_DONE_MESSAGE = "phase done"
 #: Message of a run stopped by a non-finite step, iterate or objective.
 DIVERGED_MESSAGE = (
     "stopped at iteration {k}: the iterate or the objective is no longer finite; "
@@ -149,13 +151,17 @@ def run_iterations(
     x_floor=None,
     verbose=False,
     objective_to_user=None,
+    phase_done=None,
 ) -> LoopOutcome:
     """Iterate ``method`` until every column met ``tol``, ``max_iter``, the time limit or
     the callback stops it, or a step is not finite.  Closes the method in every case.
 
     ``x_floor`` (host (n_cols,) array): floor of the stopping rule's scale per column
     (default 1).  ``objective_to_user`` maps the method's objective to the one the
-    callback and the progress bar show (default: unchanged).
+    callback and the progress bar show (default: unchanged).  ``phase_done(method,
+    n_iter)``, if given, is asked after every iteration whether a phase of a two-phase
+    method is over (e.g. MSM has found the face; ``finish.py``): True ends the loop with
+    the message "phase done".
     """
     floor = np.ones(n_cols) if x_floor is None else np.asarray(x_floor, dtype=np.float64)
     user_fun = objective_to_user if objective_to_user is not None else float
@@ -212,6 +218,9 @@ def run_iterations(
                     break
             if time_limit is not None and time.perf_counter() - start_time >= time_limit:
                 message = f"reached time_limit = {time_limit:g} s"
+                break
+            if phase_done is not None and phase_done(method, n_iter):
+                message = PHASE_DONE_MESSAGE
                 break
 
         x = method.current_x()

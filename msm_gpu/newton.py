@@ -407,11 +407,10 @@ def minimize(
 def _inner(a, grad, w, penalty, tol, max_iter, be, stats):
     """Minimise <G, Y - W> + 1/2 (Y - W)' A (Y - W) + h(Y) by MSM from Y = W."""
     r = grad - a @ w
-    mean_diag = float(a.trace()) / a.shape[0]
-    scale = mean_diag if mean_diag > 0 else 1.0
-    # theta: a small proximal term keeps B_jj > 0 for zero-curvature rows and is needed
-    # by the nonconvex theorem (delta = theta / omega > 0 at omega = 1)
-    theta = (1e-3 if not penalty.is_convex else 1e-8) * scale
+    # theta (relative to mean(diag(A)), as solve takes it): a small proximal term keeps
+    # B_jj > 0 for zero-curvature rows and is needed by the nonconvex theorem
+    # (delta = theta / omega > 0 at omega = 1)
+    theta = 1e-3 if not penalty.is_convex else 1e-8
     res = solve(
         a,
         r,
@@ -423,6 +422,9 @@ def _inner(a, grad, w, penalty, tol, max_iter, be, stats):
         omega=INNER_OMEGA if penalty.is_convex else 1.0,
         backend=be.name,
         record_objective=False,
+        # convex h: the exact finish solves the model on the face MSM found (issue 9);
+        # L0/Lp: plain inexact MSM sweeps, as the outer line search expects
+        finish="auto" if penalty.is_convex else None,
     )
     stats["inner_iterations"] += res.n_iter
     return res.x

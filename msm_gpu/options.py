@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from . import validation as v
+from .finish import check_finish
 from .splitting import DEFAULT_OMEGA, DEFAULT_THETA
 
 #: Every value ``method=`` accepts: MSM first, then the paper's comparators.
@@ -37,6 +38,7 @@ class SolveOptions:
     check_convergence: bool = True
     method: str = "msm"
     verbose: bool = False
+    finish: str | None = "auto"
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -69,6 +71,7 @@ class SolveOptions:
             "record_objective": bool(self.record_objective),
             "callback": v.check_callback(self.callback),
             "verbose": bool(self.verbose),
+            "finish": check_finish(self.finish),
         }
         panel = default_panel(n) if self.panel is None else v.check_int(self.panel, "panel", low=1)
         return replace(

@@ -51,6 +51,9 @@ class Problem:
     x_floor : (r,) float64 ndarray
         Floor of the stopping rule's scale per column (internal units): ||r_c|| / tr(A),
         or ||x0_c|| where r_c = 0.
+    psd_known : bool
+        A is known to be positive semidefinite: formed as C'C, or the PSD test passed
+        (the exact finish's face solves rely on it).
     """
 
     backend: object
@@ -62,6 +65,7 @@ class Problem:
     user_like: object
     one_problem: bool
     x_floor: np.ndarray
+    psd_known: bool = False
 
     def to_user(self, x):
         """The user's X (array kind, shape, units) from an internal (n, r) iterate."""
@@ -69,11 +73,11 @@ class Problem:
         return self.backend.to_user(x[:, 0] if self.one_problem else x, self.user_like)
 
 
-def prepare_solve(A, R, penalty, x0, backend, *, check_psd=True) -> Problem:
+def prepare_solve(A, R, penalty, x0, backend, *, check_psd=True, any_size=False) -> Problem:
     """Check and prepare ``solve(A, R, penalty, x0=x0, backend=backend)``.
 
     ``check_psd``: run the Cholesky test of :func:`msm_gpu.validation.check_psd` when
-    n <= PSD_CHECK_MAX_N.
+    n <= PSD_CHECK_MAX_N, or at any n with ``any_size`` (the exact finish needs it).
     """
     A = v.check_square_symmetric(A, "A")
     n = A.shape[0]
@@ -89,11 +93,12 @@ def prepare_solve(A, R, penalty, x0, backend, *, check_psd=True) -> Problem:
     # 0.5 (A + A') / 2^e_a, exact: makes A exactly symmetric for the folded sweep
     a = ldexp(_dense_on(be, A, dtype, "A"), -e_a - 1)
     a = a + a.T
-    if check_psd and n <= PSD_CHECK_MAX_N:
+    psd_known = bool(check_psd and (n <= PSD_CHECK_MAX_N or any_size))
+    if psd_known:
         with be.limit_host_blas():  # no BLAS pool spinning against Numba's (design.md)
             v.check_psd(a, "A", input_dtype=dtype, scale_exponent=e_a)
     r = ldexp(_dense_on(be, R, dtype, "R"), -e_r)
-    return _finish(be, a, r, x0, dtype, penalty, scaling, _user_like(R))
+    return _finish(be, a, r, x0, dtype, penalty, scaling, _user_like(R), psd_known)
 
 
 def prepare_least_squares(C, D, penalty, x0, backend) -> Problem:
@@ -133,10 +138,10 @@ def prepare_least_squares(C, D, penalty, x0, backend) -> Problem:
         r = r.toarray() if is_sparse(r) else r
     else:
         r = -(c.T @ d)
-    return _finish(be, a, r, x0, dtype, penalty, scaling, _user_like(D))
+    return _finish(be, a, r, x0, dtype, penalty, scaling, _user_like(D), psd_known=True)
 
 
-def _finish(be, a, r, x0, dtype, penalty, scaling, user_like) -> Problem:
+def _finish(be, a, r, x0, dtype, penalty, scaling, user_like, psd_known) -> Problem:
     """2-D R and x0 (internal units), the rescaled penalty and the stopping floor."""
     xp = be.xp
     one_problem = r.ndim == 1
@@ -152,7 +157,7 @@ def _finish(be, a, r, x0, dtype, penalty, scaling, user_like) -> Problem:
         x0_norms = to_host(xp.sqrt(xp.sum(xp.astype(x0, xp.float64) ** 2, axis=0)))
         x_floor = np.where(r_norms > 0, x_floor, x0_norms)
     penalty = scaled_penalty(penalty, scaling.x_exp, scaling.f_exp)
-    return Problem(be, a, r, x0, penalty, scaling, user_like, one_problem, x_floor)
+    return Problem(be, a, r, x0, penalty, scaling, user_like, one_problem, x_floor, psd_known)
 
 
 def user_outcome(problem, out):

@@ -307,11 +307,14 @@ def test_indefinite_a_above_the_psd_test_size_is_caught_while_running(monkeypatc
     a = 0.5 * (a + a.T)
     for method in ("msm", "pgm", "apg"):
         with np.errstate(all="ignore"):
-            res = mg.solve(a, rng.normal(size=(30, 2)), method=method, max_iter=100000)
+            res = mg.solve(a, rng.normal(size=(30, 2)), method=method, max_iter=100000, finish=None)
         _expect_not_converged_non_psd(res)
+    # the exact finish needs A PSD: with it (the default) the test runs at any n
+    with pytest.raises(ValueError, match="not positive semidefinite"):
+        mg.solve(a, rng.normal(size=(30, 2)))
     # a bounded nonconvex problem (box) may still be run and converge to finite values
     with np.errstate(all="ignore"):
-        res = mg.solve(a, rng.normal(size=30), mg.Box(-1, 1), max_iter=5000)
+        res = mg.solve(a, rng.normal(size=30), mg.Box(-1, 1), max_iter=5000, finish=None)
     assert np.all(np.isfinite(res.x)) and np.isfinite(res.fun)
 
 
@@ -354,10 +357,11 @@ def test_never_converged_with_non_finite_values():
 @pytest.mark.parametrize("entry", ["solve", "nnls", "least_squares"])
 def test_verbose_shows_a_progress_bar(lsq, entry, capsys):
     c, d, _, _ = lsq
+    plain = {"verbose": True, "max_iter": 7, "tol": 0, "finish": None}  # the plain loop
     calls = {
-        "solve": lambda: mg.solve(c.T @ c, -c.T @ d, mg.NonNeg(), verbose=True, max_iter=7, tol=0),
-        "nnls": lambda: mg.nnls(c, d, verbose=True, max_iter=7, tol=0),
-        "least_squares": lambda: mg.least_squares(c, d, verbose=True, max_iter=7, tol=0),
+        "solve": lambda: mg.solve(c.T @ c, -c.T @ d, mg.NonNeg(), **plain),
+        "nnls": lambda: mg.nnls(c, d, **plain),
+        "least_squares": lambda: mg.least_squares(c, d, **plain),
     }
     res = calls[entry]()
     err = capsys.readouterr().err
@@ -371,7 +375,7 @@ def test_callback_sees_user_units(lsq):
     c, d, _, _ = lsq
     seen = []
     s = 1e100
-    res = mg.nnls(c * s, d * s, tol=0, max_iter=4, callback=lambda i: seen.append(i))
+    res = mg.nnls(c * s, d * s, tol=0, max_iter=4, callback=lambda i: seen.append(i), finish=None)
     assert [i.fun for i in seen] == pytest.approx(list(res.objective[1:]), rel=1e-12)
     x = seen[-1].x
     np.testing.assert_allclose(res.fun, 0.5 * np.sum(((c * s) @ x - d * s) ** 2), rtol=1e-9)

@@ -71,7 +71,7 @@ def test_gauss_seidel_first_iterate_closed_form(rng):
     a = random_psd(rng, 7)
     r = rng.normal(size=7)
     x0 = rng.normal(size=7)
-    res = mg.solve(a, r, mg.Zero(), theta=0.0, x0=x0, max_iter=1, tol=0)
+    res = mg.solve(a, r, mg.Zero(), theta=0.0, x0=x0, max_iter=1, tol=0, finish=None)
     lower = np.tril(a)
     expected = np.linalg.solve(lower, -r - np.triu(a, 1) @ x0)
     np.testing.assert_allclose(res.x, expected, rtol=1e-12)
@@ -205,7 +205,9 @@ def test_objective_history_is_exact(rng):
     r = rng.normal(size=(25, 4))
     pen = mg.L0(0.05, lb=0.0)
     xs = []
-    res = mg.solve(a, r, pen, tol=0, max_iter=12, callback=lambda info: xs.append(info.x))
+    res = mg.solve(
+        a, r, pen, tol=0, max_iter=12, callback=lambda info: xs.append(info.x), finish=None
+    )
     exact = [objective(a, r, x, pen) for x in xs]
     np.testing.assert_allclose(res.objective[1:], exact, rtol=1e-11)
     assert res.fun == pytest.approx(exact[-1], rel=1e-12)

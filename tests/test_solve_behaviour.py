@@ -18,7 +18,7 @@ def problem(rng):
 
 def test_tol_zero_runs_exactly_max_iter(problem):
     a, r = problem
-    res = mg.solve(a, r, mg.NonNeg(), tol=0, max_iter=37)
+    res = mg.solve(a, r, mg.NonNeg(), tol=0, max_iter=37, finish=None)
     assert res.n_iter == 37
     assert len(res.objective) == 38
     assert not res.converged
@@ -29,7 +29,7 @@ def test_tol_zero_runs_exactly_max_iter(problem):
 def test_max_iter_zero_returns_x0(problem):
     a, r = problem
     x0 = np.abs(np.ones_like(r))
-    res = mg.solve(a, r, mg.NonNeg(), x0=x0, max_iter=0)
+    res = mg.solve(a, r, mg.NonNeg(), x0=x0, max_iter=0, finish=None)
     np.testing.assert_array_equal(res.x, x0)
     assert res.n_iter == 0
 
@@ -40,7 +40,9 @@ def test_stopping_rule_per_column(problem, scale):
     r = r * scale  # ||x|| well below 1 too: the rule is relative, not max(1, ||x||)
     tol = 1e-6
     xs = []
-    res = mg.solve(a, r, mg.NonNeg(), tol=tol, max_iter=5000, callback=lambda i: xs.append(i.x))
+    res = mg.solve(
+        a, r, mg.NonNeg(), tol=tol, max_iter=5000, callback=lambda i: xs.append(i.x), finish=None
+    )
     assert res.converged and "converged" in res.message
     # each column stopped at the first iteration k with
     # ||x_k - x_{k-1}|| <= tol max(||x_{k-1}||, ||r_c|| / tr(A))
@@ -62,7 +64,9 @@ def test_done_columns_are_frozen(rng):
     r = np.zeros((10, 2))
     r[:, 1] = rng.normal(size=10)
     xs = []
-    res = mg.solve(a, r, mg.Zero(), tol=1e-10, max_iter=10000, callback=lambda i: xs.append(i.x))
+    res = mg.solve(
+        a, r, mg.Zero(), tol=1e-10, max_iter=10000, callback=lambda i: xs.append(i.x), finish=None
+    )
     assert res.n_iter_columns[0] == 1
     assert res.n_iter_columns[1] == res.n_iter > 5
     for x in xs:
@@ -72,7 +76,7 @@ def test_done_columns_are_frozen(rng):
 def test_time_limit_stops(rng):
     a = random_psd(rng, 30)
     r = rng.normal(size=(30, 4))
-    res = mg.solve(a, r, mg.NonNeg(), tol=0, max_iter=10**9, time_limit=0.2)
+    res = mg.solve(a, r, mg.NonNeg(), tol=0, max_iter=10**9, time_limit=0.2, finish=None)
     assert "time_limit" in res.message
     assert 0 < res.n_iter < 10**9
     assert res.time < 5.0
@@ -118,7 +122,8 @@ def test_result_fields(problem):
     assert res.backend == "cpu" and res.method == "msm"
     assert res.nit == res.n_iter and res.success == res.converged
     assert res.info["omega"] == 1.0 and res.info["theta"] == 0.01 and res.info["delta"] > 0
-    assert set(res.timings) == {"setup", "iterations"}
+    assert set(res.timings) == {"setup", "iterations", "finish"}  # finish="auto" (default)
+    assert res.info["kkt_residual"].shape == (res.x.shape[1],)
     assert "SolveResult" in repr(res)
 
 

@@ -33,6 +33,7 @@ def _iterates(a, r, pen, omega, theta, x0, n_iter, panel):
         max_iter=n_iter,
         panel=panel,
         callback=lambda info: xs.append(info.x),
+        finish=None,
     )
     return res, xs
 
@@ -96,7 +97,7 @@ def test_objective_converges_monotonically_to_optimum(rng):
     # convex case: F(x_k) decreases to F* (Q-linear rate, paper Theorem 2)
     a = random_psd(rng, 30)
     r = rng.normal(size=(30, 2))
-    res = mg.solve(a, r, mg.NonNeg(), tol=0, max_iter=300)
+    res = mg.solve(a, r, mg.NonNeg(), tol=0, max_iter=300, finish=None)
     gaps = res.objective - res.objective[-1]
     assert np.all(np.diff(res.objective) <= 1e-12)
     assert gaps[50] < 1e-3 * gaps[0]

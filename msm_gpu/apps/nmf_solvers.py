@@ -43,6 +43,7 @@ from numba import njit, prange
 
 from ..arrays import is_cupy, namespace, to_host
 from ..backends.threads import blas_controller
+from ..facesolve import solve_passive as _solve_passive
 from ..penalties import NonNeg
 
 SOLVERS = ("msm", "hals", "pg", "apg", "bpp", "cgd")
@@ -205,96 +206,8 @@ def apg(G, P, X, *, max_inner, inner_tol):
 # -- block principal pivoting (Kim & Park 2011) -----------------------------------------
 
 
-@njit(cache=True, parallel=True)
-def _solve_columns(G, P, passive, cols, X):
-    """Per column c in ``cols``: X[F, c] = G[F, F]^{-1} P[F, c] (F = passive rows), 0 elsewhere.
-
-    Cholesky of the passive block per column (O(|F|^3)); a pivot <= 0 (singular
-    block) is replaced by a tiny positive one, i.e. a minimal ridge.
-    """
-    k = G.shape[0]
-    scale = 0.0
-    for i in range(k):
-        scale = max(scale, G[i, i])
-    tiny = 1e-13 * max(scale, 1e-300)
-    for q in prange(cols.shape[0]):
-        c = cols[q]
-        idx = np.empty(k, dtype=np.int64)
-        f = 0
-        for i in range(k):
-            X[i, c] = 0.0
-            if passive[i, c]:
-                idx[f] = i
-                f += 1
-        if f == 0:
-            continue
-        L = np.empty((f, f))
-        for a in range(f):
-            for b in range(a + 1):
-                acc = G[idx[a], idx[b]]
-                for t in range(b):
-                    acc -= L[a, t] * L[b, t]
-                if a == b:
-                    L[a, a] = math.sqrt(acc) if acc > tiny else math.sqrt(tiny)
-                else:
-                    L[a, b] = acc / L[b, b]
-        z = np.empty(f)
-        for a in range(f):
-            acc = P[idx[a], c]
-            for t in range(a):
-                acc -= L[a, t] * z[t]
-            z[a] = acc / L[a, a]
-        for a in range(f - 1, -1, -1):
-            acc = z[a]
-            for t in range(a + 1, f):
-                acc -= L[t, a] * z[t]
-            z[a] = acc / L[a, a]
-        for a in range(f):
-            X[idx[a], c] = z[a]
-
-
-#: Columns sharing a passive set are solved together once a group has this many.
-_GROUP_MIN = 8
-
-
-def _solve_passive(G, P, passive):
-    """X with X[~passive] = 0 and G[F, F] X[F, col] = P[F, col] on each passive set F.
-
-    Large groups of columns with the same passive set are solved together (Kim &
-    Park's grouping, one factorisation per group); the rest column by column in Numba.
-    """
-    import scipy.linalg
-
-    k, c = P.shape
-    X = np.zeros((k, c), dtype=np.float64)
-    if c == 0:
-        return X
-    keys = np.packbits(passive, axis=0)
-    _, inverse, counts = np.unique(keys, axis=1, return_inverse=True, return_counts=True)
-    inverse = np.asarray(inverse).ravel()
-    big = counts >= _GROUP_MIN
-    singles = np.flatnonzero(~big[inverse])
-    if singles.size:
-        _solve_columns(
-            np.ascontiguousarray(G, dtype=np.float64),
-            np.ascontiguousarray(P, dtype=np.float64),
-            np.ascontiguousarray(passive),
-            singles.astype(np.int64),
-            X,
-        )
-    for group in np.flatnonzero(big):
-        cols = np.flatnonzero(inverse == group)
-        rows = np.flatnonzero(passive[:, cols[0]])
-        if rows.size == 0:
-            continue
-        sub = G[np.ix_(rows, rows)]
-        rhs = P[np.ix_(rows, cols)]
-        try:
-            sol = scipy.linalg.solve(sub, rhs, assume_a="pos", check_finite=False)
-        except (np.linalg.LinAlgError, scipy.linalg.LinAlgError):
-            sol = np.linalg.lstsq(sub, rhs, rcond=None)[0]
-        X[np.ix_(rows, cols)] = sol
-    return X
+# The passive-set solves (Kim & Park's grouping, one Cholesky per group or per column)
+# live in msm_gpu/facesolve.py, shared with the exact finish of msm_gpu.solve.
 
 
 def bpp(G, P, X, *, max_inner=None, inner_tol=None):

@@ -188,6 +188,7 @@ def solve_h(A, R, lam, *, method="msm", x0=None, max_iter=20, tol=1e-4, backend=
     "pgm", "pgm_ls", "apg", "apg_ls".
     """
     method = _check_method(method)
+    opts.setdefault("finish", None)  # the paper's MSM H-step (no support polish, issue 9)
     return solve(
         A, R, L0(lam), x0=x0, max_iter=max_iter, tol=tol, backend=backend, method=method, **opts
     )
