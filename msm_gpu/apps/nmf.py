@@ -11,24 +11,26 @@ One outer iteration is an H-step then a W-step, each a batched NNLS
 The Gram products cost O(m d k) (O(nnz(Y) k) for sparse Y) and are formed once per
 half-step; one sweep costs O(k^2 c).  When k is small several sweeps per half-step are
 nearly free, so the inner budget follows Gillis & Glineur (2012): at most
-``1 + 0.5 rho`` sweeps with rho = 1 + (Gram cost)/(sweep cost), stopping early once a
-sweep moves X by less than ``inner_tol`` (0.1) times the first sweep's move.
+``1 + alpha rho`` sweeps, now ONE budget for both half-steps
+(:func:`~msm_gpu.apps.nmf_solvers.balanced_inner_iter`), stopping early once a sweep
+moves X by less than ``inner_tol`` (0.1) times the first sweep's move.
 
-Defaults, measured (single-thread CPU time, 3 random starts, time for MSM to reach
-scikit-learn cd's objective after 200 iterations, as a fraction of cd's time; digits
-k=20, text 2000 x 10000 k=20, faces k=50, sample images k=20):
+Why MSM-NMF used to settle above bpp and scikit-learn cd on digits (k = 20, issue 11),
+and the fix (evidence: ``benchmarks/bench_nmf.py --target``):
 
-* ``inner_tol = 0.1`` (Gillis & Glineur's value): 0.56-0.66 / 0.24-0.64 / 0.33-0.43 /
-  0.42-0.62.  0.3 was similar (better on images, once failed on text); one sweep per
-  half-step (``inner_iter=1``, i.e. HALS as scikit-learn does it) was worse on text,
-  faces and images (0.5-0.9, twice never).
-* ``omega = 1``, ``theta = 0.01`` (the paper's values): omega = 1.2 helped on digits,
-  not elsewhere; 1.4 and 0.8 were worse; theta = 1 was worse on text and faces.
-  theta matters mainly when a factor column vanishes (G_jj = 0), where it keeps
-  B_jj > 0.
-* The sweep cost in the budget includes a fixed per-call overhead
-  (``nmf_solvers.SWEEP_OVERHEAD``): without it, digits' H-step (64 columns) got 57
-  overhead-bound sweeps per half-step and ran ~15% slower to target.
+* The per-half-step budget gave the H-step (64 columns, cheap sweeps) 13 sweeps and the
+  W-step (1797 columns) 2: H solved almost exactly against a barely-updated W.  From
+  scikit-learn's random init (seed 0) this settled at 176278 after 500 iterations (bpp:
+  169396; cd: 171402 after 1000).  One sweep per half-step (HALS) reached 169945, five
+  reached 170011.  Which stationary point a run reaches depends on the schedule and the
+  start (bpp itself settled above cd on seeds 1 and 2), so the budget is now balanced.
+* Extrapolation between outer iterations (Ang & Gillis 2019,
+  :mod:`~msm_gpu.apps.nmf_extrapolation`) cut the iterations to cd's 200-iteration value
+  on digits and china.jpg by 2-5x; it is on by default for "msm" and "hals".
+* theta is relative to mean(diag G) (it was absolute: negligible against W'W on pixel data,
+  dominant on data scaled to 1e-3); omega = 1.
+* Small sweeps run on one Numba thread (``nmf_solvers.PARALLEL_MIN_WORK``): on digits a
+  parallel 1-sweep half-step cost 9-48 ms on a loaded 2-core machine vs 0.4-4.5 ms serial.
 * On the CPU the whole run uses one BLAS thread: the Numba kernels are parallel over
   columns, and OpenBLAS threads spinning after a Gram product fight them (measured 20x
   slower iterations on 2 cores otherwise).
