@@ -203,12 +203,13 @@ def table(args):
     write_table(results, Path(args.out))
 
 
-def sklearn_pipeline(noisy, sigma, patch_size=8, n_components=100, seed=0):
+def sklearn_pipeline(noisy, sigma, patch_size=8, n_components=50, seed=0):
     """scikit-learn's image-denoising example: MiniBatchDictionaryLearning on patches of
     the noisy image (means removed, scaled by the std), OMP with 2 atoms per patch.
 
-    As in ``plot_image_denoising.py`` (scikit-learn's examples), on the whole image
-    (the example learns on one half and denoises the other).
+    The settings of ``plot_image_denoising.py`` (scikit-learn's examples: 50 atoms,
+    batches of 200, alpha = 1, one pass), learning on up to 10000 patches of the whole
+    image (the example learns on one half and denoises the other).
     """
     from sklearn.decomposition import MiniBatchDictionaryLearning
     from sklearn.feature_extraction.image import extract_patches_2d, reconstruct_from_patches_2d
@@ -220,7 +221,7 @@ def sklearn_pipeline(noisy, sigma, patch_size=8, n_components=100, seed=0):
     std = data.std(axis=0)
     data = data / std
     learner = MiniBatchDictionaryLearning(
-        n_components=n_components, batch_size=200, alpha=1.0, max_iter=10, random_state=seed
+        n_components=n_components, batch_size=200, alpha=1.0, max_iter=1, random_state=seed
     )
     rng = np.random.default_rng(seed)
     train = data[rng.choice(data.shape[0], min(10000, data.shape[0]), replace=False)]
