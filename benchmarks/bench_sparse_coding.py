@@ -6,6 +6,8 @@ Usage (PNG/CSV/Markdown written to OUT, default ``benchmarks/out/``)::
     python benchmarks/bench_sparse_coding.py table [--quick] [--images camera coins ...]
         [--sigmas 5 10 20 30 40] [--crop 128] [--n-train 1000] [--n-iter 10]
     python benchmarks/bench_sparse_coding.py lam-sweep [--quick]
+    python benchmarks/bench_sparse_coding.py speed [--images camera coins moon]
+        [--sigmas 20 30] [--crop 128]
 
 * ``figure3``: D fixed to the 64 x 256 overcomplete DCT, H-step objective vs iteration for
   MSM, PGM, PGM+LS, APG, APG+LS (``msm_gpu.solve(..., method=...)``), lam in
@@ -16,6 +18,8 @@ Usage (PNG/CSV/Markdown written to OUT, default ``benchmarks/out/``)::
   best PSNR per row is marked with ``*``.  ``denoise_table.{md,csv,png}``.
   ``--quick`` (camera and coins, 128 x 128 centre crops, sigma 10/20/30) runs in a few
   minutes on 2 cores; the full table (5 images, full size, 5 sigmas) takes hours there.
+* ``speed``: MSM vs K-SVD denoising time and PSNR (each at its defaults), next to
+  scikit-learn's dictionary-learning example pipeline (MiniBatchDictionaryLearning + OMP).
 * ``lam-sweep``: PSNR vs kappa in lam = kappa sigma^2 (DCT dictionary, MSM), the data
   behind ``LAM_PER_SIGMA2``.
 """
@@ -199,6 +203,70 @@ def table(args):
     write_table(results, Path(args.out))
 
 
+def sklearn_pipeline(noisy, sigma, patch_size=8, n_components=50, seed=0):
+    """scikit-learn's image-denoising example: MiniBatchDictionaryLearning on patches of
+    the noisy image (means removed, scaled by the std), OMP with 2 atoms per patch.
+
+    The settings of ``plot_image_denoising.py`` (scikit-learn's examples: 50 atoms,
+    batches of 200, alpha = 1, one pass), learning on up to 10000 patches of the whole
+    image (the example learns on one half and denoises the other).
+    """
+    from sklearn.decomposition import MiniBatchDictionaryLearning
+    from sklearn.feature_extraction.image import extract_patches_2d, reconstruct_from_patches_2d
+
+    patches = extract_patches_2d(noisy, (patch_size, patch_size))
+    data = patches.reshape(patches.shape[0], -1)
+    mean = data.mean(axis=0)
+    data = data - mean
+    std = data.std(axis=0)
+    data = data / std
+    learner = MiniBatchDictionaryLearning(
+        n_components=n_components, batch_size=200, alpha=1.0, max_iter=1, random_state=seed
+    )
+    rng = np.random.default_rng(seed)
+    train = data[rng.choice(data.shape[0], min(10000, data.shape[0]), replace=False)]
+    dico = learner.fit(train)
+    dico.set_params(transform_algorithm="omp", transform_n_nonzero_coefs=2)
+    code = dico.transform(data)
+    rebuilt = (code @ dico.components_) * std + mean
+    return reconstruct_from_patches_2d(rebuilt.reshape(patches.shape), noisy.shape)
+
+
+def speed(args):
+    """MSM vs K-SVD denoising (issue 11's target: MSM >= 4x faster at PSNR >= K-SVD's),
+    next to scikit-learn's dictionary-learning example pipeline; each method at its
+    defaults, interleaved per image and sigma."""
+    images = args.images or ["camera", "coins", "moon"]
+    sigmas = args.sigmas or [20, 30]
+    crop = args.crop if args.crop is not None else 128
+    warm = np.random.default_rng(0).uniform(0, 255, (16, 16))
+    denoise(warm, 20.0, n_iter=1)  # JIT warm-up, not timed
+    print(
+        f"{'image':>8} {'sigma':>5} | {'K-SVD dB':>8} {'s':>6} | {'MSM dB':>7} {'s':>6} | "
+        f"{'sklearn dB':>10} {'s':>6} | {'K-SVD s / MSM s':>15}  target"
+    )
+    for name in images:
+        clean = load_image(name, crop)
+        for sigma in sigmas:
+            seed = (sum(map(ord, name)) * 1000 + int(sigma)) % (2**32)
+            noisy = clean + sigma * np.random.default_rng(seed).standard_normal(clean.shape)
+            cells = {}
+            for label in ("ksvd", "msm", "sklearn"):
+                t0 = time.perf_counter()
+                if label == "sklearn":
+                    out = np.clip(sklearn_pipeline(noisy, sigma), 0, 255)
+                else:
+                    out = denoise(noisy, sigma, method=label, clip=(0, 255), random_state=0)
+                cells[label] = (psnr(clean, out), time.perf_counter() - t0)
+            (pk, tk), (pm, tm), (ps, ts) = cells["ksvd"], cells["msm"], cells["sklearn"]
+            ok = "met" if tk / tm >= 4 and pm >= pk else "NOT met"
+            print(
+                f"{name:>8} {sigma:>5g} | {pk:>8.2f} {tk:>6.2f} | {pm:>7.2f} {tm:>6.2f} | "
+                f"{ps:>10.2f} {ts:>6.2f} | {tk / tm:>15.2f}  {ok}",
+                flush=True,
+            )
+
+
 def format_row(row):
     psnrs = {lab: row[lab][0] for lab, *_ in TABLE_RUNS}
     best = max(psnrs, key=psnrs.get)
@@ -304,7 +372,7 @@ def lam_sweep(args):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["figure3", "table", "lam-sweep"])
+    parser.add_argument("what", choices=["figure3", "table", "lam-sweep", "speed"])
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "out"))
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--images", nargs="*")
@@ -315,7 +383,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     print(machine_info())
-    {"figure3": figure3, "table": table, "lam-sweep": lam_sweep}[args.what](args)
+    {"figure3": figure3, "table": table, "lam-sweep": lam_sweep, "speed": speed}[args.what](args)
 
 
 if __name__ == "__main__":

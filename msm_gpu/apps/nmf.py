@@ -11,24 +11,26 @@ One outer iteration is an H-step then a W-step, each a batched NNLS
 The Gram products cost O(m d k) (O(nnz(Y) k) for sparse Y) and are formed once per
 half-step; one sweep costs O(k^2 c).  When k is small several sweeps per half-step are
 nearly free, so the inner budget follows Gillis & Glineur (2012): at most
-``1 + 0.5 rho`` sweeps with rho = 1 + (Gram cost)/(sweep cost), stopping early once a
-sweep moves X by less than ``inner_tol`` (0.1) times the first sweep's move.
+``1 + alpha rho`` sweeps, now ONE budget for both half-steps
+(:func:`~msm_gpu.apps.nmf_solvers.balanced_inner_iter`), stopping early once a sweep
+moves X by less than ``inner_tol`` (0.1) times the first sweep's move.
 
-Defaults, measured (single-thread CPU time, 3 random starts, time for MSM to reach
-scikit-learn cd's objective after 200 iterations, as a fraction of cd's time; digits
-k=20, text 2000 x 10000 k=20, faces k=50, sample images k=20):
+Why MSM-NMF used to settle above bpp and scikit-learn cd on digits (k = 20, issue 11),
+and the fix (evidence: ``benchmarks/bench_nmf.py --target``):
 
-* ``inner_tol = 0.1`` (Gillis & Glineur's value): 0.56-0.66 / 0.24-0.64 / 0.33-0.43 /
-  0.42-0.62.  0.3 was similar (better on images, once failed on text); one sweep per
-  half-step (``inner_iter=1``, i.e. HALS as scikit-learn does it) was worse on text,
-  faces and images (0.5-0.9, twice never).
-* ``omega = 1``, ``theta = 0.01`` (the paper's values): omega = 1.2 helped on digits,
-  not elsewhere; 1.4 and 0.8 were worse; theta = 1 was worse on text and faces.
-  theta matters mainly when a factor column vanishes (G_jj = 0), where it keeps
-  B_jj > 0.
-* The sweep cost in the budget includes a fixed per-call overhead
-  (``nmf_solvers.SWEEP_OVERHEAD``): without it, digits' H-step (64 columns) got 57
-  overhead-bound sweeps per half-step and ran ~15% slower to target.
+* The per-half-step budget gave the H-step (64 columns, cheap sweeps) 13 sweeps and the
+  W-step (1797 columns) 2: H solved almost exactly against a barely-updated W.  From
+  scikit-learn's random init (seed 0) this settled at 176278 after 500 iterations (bpp:
+  169396; cd: 171402 after 1000).  One sweep per half-step (HALS) reached 169945, five
+  reached 170011.  Which stationary point a run reaches depends on the schedule and the
+  start (bpp itself settled above cd on seeds 1 and 2), so the budget is now balanced.
+* Extrapolation between outer iterations (Ang & Gillis 2019,
+  :mod:`~msm_gpu.apps.nmf_extrapolation`) cut the iterations to cd's 200-iteration value
+  on digits and china.jpg by 2-5x; it is on by default for "msm" and "hals".
+* theta is relative to mean(diag G) (it was absolute: negligible against W'W on pixel data,
+  dominant on data scaled to 1e-3); omega = 1.
+* Small sweeps run on one Numba thread (``nmf_solvers.PARALLEL_MIN_WORK``): on digits a
+  parallel 1-sweep half-step cost 9-48 ms on a loaded 2-core machine vs 0.4-4.5 ms serial.
 * On the CPU the whole run uses one BLAS thread: the Numba kernels are parallel over
   columns, and OpenBLAS threads spinning after a Gram product fight them (measured 20x
   slower iterations on 2 cores otherwise).
@@ -49,7 +51,6 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from numbers import Integral
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
@@ -57,9 +58,12 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from .. import validation as v
 from ..arrays import is_cupy, module_of, namespace
 from ..backends import get_backend
+from . import nmf_init
 from . import nmf_solvers as ns
+from .nmf_extrapolation import Extrapolation
 
-_INITS = ("random", "custom")
+#: Solvers that extrapolate between outer iterations with ``extrapolation="auto"``.
+EXTRAPOLATED_SOLVERS = ("msm", "hals")
 
 
 # -- input handling ---------------------------------------------------------------------
@@ -172,15 +176,22 @@ def _exact_error(data, W, H):
     return math.sqrt(2.0 * _objective(data.norm2, W, H @ H.T, data.h_yt(H)))
 
 
-def _rng(random_state):
-    if isinstance(random_state, np.random.Generator):
-        return random_state
-    if isinstance(random_state, np.random.RandomState):
-        return np.random.default_rng(random_state.randint(0, 2**31 - 1))
-    if random_state is None or isinstance(random_state, Integral):
-        return np.random.default_rng(random_state)
-    raise TypeError(
-        f"random_state must be None, an int or a numpy Generator, got {type(random_state)}"
+def _use_extrapolation(p):
+    if isinstance(p["extrapolation"], str):
+        return p["solver"] in EXTRAPOLATED_SOLVERS
+    return bool(p["extrapolation"])
+
+
+def _check_beta_loss(beta_loss):
+    """Only the Frobenius loss (scikit-learn's ``"frobenius"``, i.e. beta = 2)."""
+    if isinstance(beta_loss, str) and beta_loss == "frobenius":
+        return
+    if isinstance(beta_loss, (int, float)) and not isinstance(beta_loss, bool) and beta_loss == 2:
+        return
+    raise ValueError(
+        f"beta_loss={beta_loss!r} is not supported: this NMF minimises the Frobenius loss "
+        "only (beta_loss='frobenius' or 2); for 'kullback-leibler' or 'itakura-saito' use "
+        "sklearn.decomposition.NMF(solver='mu')"
     )
 
 
@@ -199,8 +210,11 @@ def _check_params(p):
     v.check_int(p["max_iter"], "max_iter", low=0)
     v.check_real(p["tol"], "tol", low=0.0)
     v.check_time_limit(p["time_limit"])
-    if p["init"] not in _INITS:
-        raise ValueError(f"init must be one of {_INITS}, got {p['init']!r}")
+    nmf_init.check_init(p["init"])
+    _check_beta_loss(p["beta_loss"])
+    ex = p["extrapolation"]
+    if not (isinstance(ex, bool) or (isinstance(ex, str) and ex == "auto")):
+        raise ValueError(f"extrapolation must be 'auto', True or False, got {ex!r}")
 
 
 def _check_factor(F, shape, name, backend, dtype):
@@ -226,8 +240,7 @@ def _run(data, backend, W, H, p, *, update_w=True, update_h=True):
     m, d = data.shape
     k = H.shape[0]
     if p["inner_iter"] == "auto":
-        inner_h = ns.auto_inner_iter(m, d, k, data.nnz)
-        inner_w = ns.auto_inner_iter(d, m, k, data.nnz)
+        inner_h = inner_w = ns.balanced_inner_iter(m, d, k, data.nnz)
     else:
         inner_h = inner_w = int(p["inner_iter"])
     opts = {"inner_tol": p["inner_tol"], "omega": p["omega"], "theta": p["theta"]}
@@ -248,6 +261,12 @@ def _run(data, backend, W, H, p, *, update_w=True, update_h=True):
         bar = tqdm(total=max_iter, desc=f"NMF ({solver}, k={k})", unit="it")
         bar.set_postfix(objective=f"{f:.6g}")
     n_iter = 0
+    # extrapolation between outer iterations (Ang and Gillis 2019, nmf_extrapolation.py):
+    # the objective of each iteration is that of the pair (W_new, H_hat) the W-step used,
+    # and the best such pair is returned
+    ex = Extrapolation() if _use_extrapolation(p) else None
+    h_prev, w_prev = H, W
+    best = (f, W, H)
     # CPU: one BLAS thread for the whole run, all solvers alike.  The Numba kernels are
     # parallel over columns; OpenBLAS threads spinning after a Gram product and Numba's
     # threads fight for the cores: measured 20x slower iterations on 2 cores (digits,
@@ -257,24 +276,38 @@ def _run(data, backend, W, H, p, *, update_w=True, update_h=True):
     try:
         while n_iter < max_iter:
             n_h = n_w = 0
+            h_new, w_new = H, W
             if update_h:
                 g = W.T @ W
-                H, n_h = ns.half_step(
+                h_new, n_h = ns.half_step(
                     solver, backend, g, data.wt_y(W), H, max_inner=inner_h, **opts
                 )
-            g_h = H @ H.T
-            p_w = data.h_yt(H)
+            h_hat = ex.point(h_new, h_prev) if ex is not None and update_h else h_new
+            g_h = h_hat @ h_hat.T
+            p_w = data.h_yt(h_hat)
             if update_w:
                 wt, n_w = ns.half_step(solver, backend, g_h, p_w, W.T, max_inner=inner_w, **opts)
-                W = wt.T
+                w_new = wt.T
             n_iter += 1
-            f_prev, f = f, _objective(data.norm2, W, g_h, p_w)
+            f_prev, f = f, _objective(data.norm2, w_new, g_h, p_w)
+            restarted = False
+            if ex is None:
+                W, H = w_new, h_new
+            elif ex.update(f, f_prev):
+                W = ex.point(w_new, w_prev) if update_w else w_new
+                H = h_hat
+            else:  # restart from the plain iterates
+                W, H = w_new, h_new
+                restarted = True
+            h_prev, w_prev = h_new, w_new
+            if f < best[0]:
+                best = (f, w_new, h_hat)
             history.append((time.perf_counter() - start, f))
             inner_counts.append((n_h, n_w))
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(objective=f"{f:.6g}")
-            if tol > 0 and f_prev - f <= tol * f_prev:
+            if tol > 0 and not restarted and f_prev - f <= tol * f_prev:
                 message = f"converged: relative decrease of the objective <= tol = {tol:g}"
                 converged = True
                 break
@@ -285,6 +318,7 @@ def _run(data, backend, W, H, p, *, update_w=True, update_h=True):
         limit.__exit__(None, None, None)
         if bar is not None:
             bar.close()
+    _, W, H = best
     elapsed = time.perf_counter() - start
     info = {
         "n_iter": n_iter,
@@ -296,6 +330,9 @@ def _run(data, backend, W, H, p, *, update_w=True, update_h=True):
         "time": elapsed,
         "solver": solver,
         "backend": backend.name,
+        "objective": best[0],
+        "extrapolation": ex is not None,
+        "restarts": 0 if ex is None else ex.restarts,
     }
     return W, H, info
 
@@ -328,10 +365,9 @@ def _prepare(Y, params, W=None, H=None):
     else:
         if W is not None or H is not None:
             raise ValueError("W and H are used only with init='custom'")
-        rng = _rng(params["random_state"])
-        avg = math.sqrt(max(data.mean(), 0.0) / k)
-        H0 = backend.asarray(avg * np.abs(rng.standard_normal((k, d))), dtype)
-        W0 = backend.asarray(avg * np.abs(rng.standard_normal((m, k))), dtype)
+        W0, H0 = nmf_init.initialize(Y, k, params["init"], params["random_state"])
+        W0 = backend.asarray(W0, dtype)
+        H0 = backend.asarray(H0, dtype)
     return Y, data, backend, W0, H0
 
 
@@ -355,7 +391,9 @@ class NMF(TransformerMixin, BaseEstimator):
     omega : float in (0, 2)
         MSM relaxation (solver "msm" only).
     theta : float >= 0
-        MSM proximal term (solver "msm" only).
+        MSM proximal term (solver "msm" only), relative to the scale of the Gram matrix:
+        ``theta * mean(diag G)`` is added to B's diagonal, so results do not depend on
+        the units of Y.
     inner_iter : "auto" or int
         Most inner iterations per half-step; "auto" = Gillis & Glineur's
         ``1 + 0.5 rho`` (see :func:`~msm_gpu.apps.nmf_solvers.auto_inner_iter`).
@@ -370,10 +408,18 @@ class NMF(TransformerMixin, BaseEstimator):
         value; 0 disables the rule.
     time_limit : float or None
         Stop after this many seconds of iterations.
-    init : {"random", "custom"}
-        "random": ``sqrt(mean(Y)/k) * |N(0,1)|`` entries (as scikit-learn); "custom":
-        pass ``W`` and ``H`` to ``fit``/``fit_transform``.
-    random_state : None, int or numpy Generator
+    init : {None, "random", "nndsvd", "nndsvda", "nndsvdar", "custom"}
+        scikit-learn's inits and default rule (None: "nndsvda" if k <= min(m, d), else
+        "random"); for an int seed the factors equal scikit-learn's
+        (:mod:`msm_gpu.apps.nmf_init`).  "custom": pass ``W`` and ``H`` to
+        ``fit``/``fit_transform``.
+    beta_loss : "frobenius" (or 2)
+        Accepted for scikit-learn compatibility; any other loss is refused.
+    extrapolation : "auto", True or False
+        Extrapolate between outer iterations (Ang and Gillis 2019,
+        :mod:`msm_gpu.apps.nmf_extrapolation`); "auto": for "msm" and "hals".  The
+        objective history is then not monotone (restarts) and the best pair is returned.
+    random_state : None, int, numpy RandomState or Generator
     backend : {"auto", "cpu", "cuda"}
         "auto": CUDA for CuPy/cupyx input, CPU otherwise.  Outputs have the input's
         array type.
@@ -389,7 +435,8 @@ class NMF(TransformerMixin, BaseEstimator):
     n_iter_ : int
     history_ : (n_iter_ + 1, 2) ndarray
         (seconds since the iterations started, 1/2 ||Y - WH||_F^2) after each outer
-        iteration, the initial point first.
+        iteration, the initial point first.  With extrapolation the value is that of
+        the pair (new W, extrapolated H) the W-step used; the returned pair is the best.
     converged_ : bool
         Whether the ``tol`` rule stopped the run.
     n_components_, n_features_in_ : int
@@ -419,7 +466,9 @@ class NMF(TransformerMixin, BaseEstimator):
         max_iter=200,
         tol=1e-4,
         time_limit=None,
-        init="random",
+        init=None,
+        beta_loss="frobenius",
+        extrapolation="auto",
         random_state=None,
         backend="auto",
         verbose=False,
@@ -434,6 +483,8 @@ class NMF(TransformerMixin, BaseEstimator):
         self.tol = tol
         self.time_limit = time_limit
         self.init = init
+        self.beta_loss = beta_loss
+        self.extrapolation = extrapolation
         self.random_state = random_state
         self.backend = backend
         self.verbose = verbose

@@ -74,6 +74,29 @@ def auto_inner_iter(n_rows, n_cols, k, nnz, alpha=0.5, cap=100):
     return int(max(1, min(cap, math.floor(1.0 + alpha * rho))))
 
 
+def balanced_inner_iter(m, d, k, nnz, alpha=0.35, cap=100):
+    """One inner budget for both half-steps of an outer iteration (``1 + alpha rho``).
+
+    rho = 1 + (Gram cost of both half-steps) / (cost of one sweep of both):
+    ``(m + d) k^2 + 2 nnz k`` against ``k (k + 1) (m + d)`` plus two
+    :data:`SWEEP_OVERHEAD`.  :func:`auto_inner_iter` per half-step gave digits (k = 20)
+    13 sweeps for H (64 columns) and 2 for W (1797 columns): H was solved almost
+    exactly, W barely, and the run settled in a worse point (176278 after 500
+    iterations vs 169396 for exact bpp from the same start).  With equal budgets and
+    extrapolation, alpha = 0.35 (digits: 3, china.jpg k = 30: 6, text k = 40: 2) reached
+    scikit-learn cd's 200-iteration objective on every start tried
+    (``benchmarks/bench_nmf.py --target``).
+
+    Returns
+    -------
+    int in [1, cap]
+    """
+    gram = float(m + d) * k * k + 2.0 * float(nnz) * k
+    sweep = float(k) * (k + 1) * (m + d) + 2.0 * SWEEP_OVERHEAD
+    rho = 1.0 + gram / sweep
+    return int(max(1, min(cap, math.floor(1.0 + alpha * rho))))
+
+
 def _fro2(xp, d):
     return float(xp.sum(d * d))
 
@@ -98,8 +121,16 @@ class _InnerRule:
 def msm_backend(backend, G, P, X, *, omega, theta, max_inner, inner_tol):
     """MSM sweeps on min 1/2 x'Gx - P'x, x >= 0, through the backend's sweep state.
 
-    ``theta = 0`` (HALS) with an all-zero factor column (G_jj = 0) gets the tiny
-    positive theta of :func:`msm_gpu.splitting.guarded_theta`.
+    ``theta`` is relative to the scale of G: the proximal term added to B's diagonal is
+    ``theta * mean(diag G)`` (paper, eq. (4), with theta in units of G).  An absolute
+    theta = 0.01 is negligible against W'W on pixel data (entries ~ 1e5 on digits) and
+    dominates it on data scaled to [0, 1e-3]; the relative one makes the iterates of
+    ``NMF(c Y)`` those of ``NMF(Y)`` scaled, for every c > 0.  ``theta = 0`` (HALS) with
+    an all-zero factor column (G_jj = 0) gets the tiny positive theta of
+    :func:`msm_gpu.splitting.guarded_theta`.
+
+    On the CPU a half-step whose sweep costs less than :data:`PARALLEL_MIN_WORK`
+    multiply-adds runs on one Numba thread (see there).
 
     Returns
     -------
@@ -107,14 +138,51 @@ def msm_backend(backend, G, P, X, *, omega, theta, max_inner, inner_tol):
     n_inner : int
     """
     from ..backends.base import default_panel
-    from ..splitting import guarded_theta, make_splitting
+    from ..splitting import guarded_theta, make_splitting, relative_theta
 
-    k = G.shape[0]
+    k, c = X.shape
     g_diag = np.asarray(to_host(backend.xp.diagonal(G)), dtype=np.float64)
-    splitting = make_splitting(g_diag, omega, guarded_theta(g_diag, theta), True, check=False)
+    theta_abs = relative_theta(g_diag, theta)
+    splitting = make_splitting(g_diag, omega, guarded_theta(g_diag, theta_abs), True, check=False)
     pen = NonNeg()
-    state = backend.start(G, -P, X, splitting, pen.table(k, X.dtype), pen.code, default_panel(k))
-    return _inner_sweeps(state, backend.xp, max_inner, inner_tol)
+    with _sweep_threads(backend, k, c):
+        state = backend.start(
+            G, -P, X, splitting, pen.table(k, X.dtype), pen.code, default_panel(k)
+        )
+        return _inner_sweeps(state, backend.xp, max_inner, inner_tol)
+
+
+#: Sweeps cheaper than this (k^2 c multiply-adds, ~10 ms on one core) run on one Numba
+#: thread.  A parallel sweep is a fork-join of the Numba pool; for small sweeps that costs
+#: more than the work, and on a loaded machine a descheduled worker stalls the whole
+#: sweep.  Measured on digits (k = 20, 2 shared cores): 1-sweep H-step (64 columns)
+#: 9-48 ms parallel vs 0.4-1.3 ms serial; W-step (1797 columns) 13-21 ms vs 3.3-4.5 ms
+#: (``benchmarks/bench_nmf.py --threads``).
+PARALLEL_MIN_WORK = 2e7
+
+
+class _sweep_threads:
+    """One Numba thread inside for a small CPU sweep; unchanged otherwise."""
+
+    def __init__(self, backend, k, c):
+        self.serial = backend.on_host and float(k) * k * c < PARALLEL_MIN_WORK
+        self.saved = None
+
+    def __enter__(self):
+        if self.serial:
+            import numba
+
+            self.saved = numba.get_num_threads()
+            if self.saved != 1:
+                numba.set_num_threads(1)
+        return self
+
+    def __exit__(self, *exc):
+        if self.serial and self.saved not in (None, 1):
+            import numba
+
+            numba.set_num_threads(self.saved)
+        return False
 
 
 def _inner_sweeps(state, xp, max_inner, inner_tol):
@@ -367,7 +435,7 @@ def half_step(solver, backend, G, P, X, *, max_inner, inner_tol, omega=1.0, thet
     max_inner : int >= 1
     inner_tol : float >= 0
     omega, theta : floats
-        Used by ``"msm"`` only.
+        Used by ``"msm"`` only; theta is relative to mean(diag G) (:func:`msm_backend`).
 
     Returns
     -------

@@ -37,6 +37,7 @@ __all__ = [
     "L0DictionaryLearning",
     "dictionary_step",
     "l0_objective",
+    "l0_sweeps",
     "omp",
     "sparse_code",
 ]
@@ -192,6 +193,44 @@ def solve_h(A, R, lam, *, method="msm", x0=None, max_iter=20, tol=1e-4, backend=
     return solve(
         A, R, L0(lam), x0=x0, max_iter=max_iter, tol=tol, backend=backend, method=method, **opts
     )
+
+
+def l0_sweeps(gram, r, h0, lam, n_sweeps, *, omega=1.0, theta=0.01, backend="cpu"):
+    """``n_sweeps`` MSM sweeps on ``min_H 1/2 tr(H'AH) + tr(H'R) + lam ||H||_0``, nothing else.
+
+    The lean path of :func:`sparse_code` for a large batch (all the patches of an image):
+    the sweeps run on the backend's sweep state directly, with no objective, no per-column
+    stopping rule (every column gets every sweep, no repacking) and no input checks; the
+    caller passes checked arrays (``gram`` symmetric with unit diagonal, ``omega <= 1``,
+    ``theta > 0``: the nonconvex condition delta > 0 holds).  Each sweep still lowers the
+    objective by at least delta/2 ||H_new - H||^2 (paper, nonconvex theorem).
+
+    Returns
+    -------
+    H : ndarray (k, N)
+    """
+    from ..backends import get_backend
+    from ..backends.base import default_panel
+    from ..splitting import make_splitting
+
+    be = get_backend(backend, r)
+    k = gram.shape[0]
+    a = be.asarray(gram, np.float64)
+    splitting = make_splitting(np.diagonal(gram), omega, theta, False)
+    pen = L0(lam)
+    state = be.start(
+        a,
+        be.asarray(r, np.float64),
+        be.asarray(h0, np.float64),
+        splitting,
+        pen.table(k, np.float64),
+        pen.code,
+        default_panel(k),
+    )
+    with state:
+        for _ in range(int(n_sweeps)):
+            state.sweep()
+        return np.asarray(be.to_user(state.current_x(), np.zeros(0)))
 
 
 def sparse_code(
