@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 
+from . import distributed
 from . import validation as v
 from .backends import get_backend
 from .backends.base import default_panel
@@ -96,6 +97,9 @@ def solve(
     >>> np.round(res.x, 6)
     array([0.5, 0. ])
     """
+    # -- dask hook: a dask R is solved block by block (msm_gpu/distributed.py) --
+    if distributed.any_dask(A, R, x0):
+        return distributed.solve(**locals())
     started = time.perf_counter()
     penalty = Zero() if penalty is None else v.check_penalty(penalty)
     v.check_square_symmetric(A, "A")
@@ -248,6 +252,9 @@ def least_squares(C, D, penalty=None, *, x0=None, backend="auto", **options) -> 
         ``fun`` and ``objective`` are the least-squares objective, the constant
         1/2 ||D||^2 included.
     """
+    # -- dask hook: a dask D is solved block by block (msm_gpu/distributed.py) --
+    if distributed.any_dask(C, D, x0):
+        return distributed.least_squares(C, D, penalty, x0=x0, backend=backend, **options)
     started = time.perf_counter()
     penalty = Zero() if penalty is None else v.check_penalty(penalty)
     v.check_array(C, "C", ndims=(2,))

@@ -142,6 +142,11 @@ def msm_cpu(G, P, X, *, omega, theta, max_inner, inner_tol):
     X_new : ndarray (k, c)
     n_inner : int
     """
+    state = _cpu_state(G, P, X, omega=omega, theta=theta)
+    return _inner_sweeps(state, np, max_inner, inner_tol)
+
+
+def _cpu_state(G, P, X, *, omega, theta):
     from ..backends.base import default_panel, fold_matrix
     from ..backends.cpu import CpuSweepState
 
@@ -155,12 +160,16 @@ def msm_cpu(G, P, X, *, omega, theta, max_inner, inner_tol):
     else:
         afold = np.ascontiguousarray(fold_matrix(np.asarray(G, dtype=dtype), cdiag, panel))
     table = NonNeg().table(k, dtype)
-    state = CpuSweepState(afold, b.astype(dtype), NonNeg.code, table, -P, X, panel)
-    return _inner_sweeps(state, np, max_inner, inner_tol)
+    return CpuSweepState(afold, b.astype(dtype), NonNeg.code, table, -P, X, panel)
 
 
 def msm_backend(backend, G, P, X, *, omega, theta, max_inner, inner_tol):
     """MSM sweeps through a backend's ``SweepState`` (the CUDA path; also runs on CPU)."""
+    state = _backend_state(backend, G, P, X, omega=omega, theta=theta)
+    return _inner_sweeps(state, backend.xp, max_inner, inner_tol)
+
+
+def _backend_state(backend, G, P, X, *, omega, theta):
     from ..backends.base import default_panel
     from ..splitting import make_splitting
 
@@ -170,8 +179,16 @@ def msm_backend(backend, G, P, X, *, omega, theta, max_inner, inner_tol):
     theta_eff = _effective_theta(g_diag, theta)
     splitting = make_splitting(g_diag, omega, theta_eff, True, check=False)
     pen = NonNeg()
-    state = backend.start(G, -P, X, splitting, pen.table(k), pen.code, default_panel(k))
-    return _inner_sweeps(state, xp, max_inner, inner_tol)
+    return backend.start(G, -P, X, splitting, pen.table(k), pen.code, default_panel(k))
+
+
+def msm_state(backend, G, P, X, *, omega, theta):
+    """The MSM sweep state of (*) from X: what ``half_step("msm")`` sweeps, one sweep per
+    ``state.sweep()`` (per-column statistics, ``STAT_DIFF2`` = squared step).  Used by the
+    dask NMF (:mod:`msm_gpu.apps.nmf_dask`), which needs every sweep's step norm."""
+    if backend.name == "cpu":
+        return _cpu_state(G, P, X, omega=omega, theta=theta)
+    return _backend_state(backend, G, P, X, omega=omega, theta=theta)
 
 
 def _inner_sweeps(state, xp, max_inner, inner_tol):
