@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 
+from . import distributed
 from . import validation as v
 from .arrays import to_host
 from .baselines import ProxGradMethod
@@ -134,6 +135,9 @@ def solve(
     >>> np.round(res.x, 6)
     array([0.5, 0. ])
     """
+    # -- dask hook: a dask R is solved block by block (msm_gpu/distributed.py) --
+    if distributed.any_dask(A, R, x0):
+        return distributed.solve(**locals())
     started = time.perf_counter()
     penalty = Zero() if penalty is None else v.check_penalty(penalty)
     options = SolveOptions(
@@ -253,6 +257,9 @@ def least_squares(C, D, penalty=None, *, x0=None, backend="auto", **options) -> 
         lam scaled by s^2 for L1/L0/Lp); where 1/2 ||D||^2 overflows float64 a ValueError
         names D.
     """
+    # -- dask hook: a dask D is solved block by block (msm_gpu/distributed.py) --
+    if distributed.any_dask(C, D, x0):
+        return distributed.least_squares(C, D, penalty, x0=x0, backend=backend, **options)
     started = time.perf_counter()
     penalty = Zero() if penalty is None else v.check_penalty(penalty)
     options = SolveOptions.from_keywords(**options)

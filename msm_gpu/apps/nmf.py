@@ -58,6 +58,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from .. import validation as v
 from ..arrays import is_cupy, module_of, namespace
 from ..backends import get_backend
+from ..distributed import is_dask_array
 from . import nmf_init
 from . import nmf_solvers as ns
 from .nmf_extrapolation import Extrapolation
@@ -499,7 +500,14 @@ class NMF(TransformerMixin, BaseEstimator):
         y : ignored
         W, H : arrays, optional
             Starting factors for ``init="custom"``.
+
+        A ``dask.array`` Y is factorised block by block and W / ``components_`` are
+        then dask arrays (:mod:`msm_gpu.apps.nmf_dask`).
         """
+        if is_dask_array(Y):  # -- dask hook (msm_gpu/apps/nmf_dask.py) --
+            from . import nmf_dask
+
+            return nmf_dask.fit_transform(self, Y, W=W, H=H)
         params = self.get_params()
         Yc, data, backend, W0, H0 = _prepare(Y, params, W, H)
         Wf, Hf, info = _run(data, backend, W0, H0, params)
@@ -530,6 +538,10 @@ class NMF(TransformerMixin, BaseEstimator):
         CPU, and on CUDA by the model's solver (``"msm"`` for bpp/cgd) with up to
         ``max(max_iter, 2000)`` inner iterations and inner_tol 1e-9, from zero.
         """
+        if is_dask_array(Y):  # -- dask hook (msm_gpu/apps/nmf_dask.py) --
+            from . import nmf_dask
+
+            return nmf_dask.transform(self, Y)
         self._check_fitted()
         params = self.get_params()
         _check_params(params)

@@ -137,19 +137,25 @@ def msm_backend(backend, G, P, X, *, omega, theta, max_inner, inner_tol):
     X_new : (k, c) backend array
     n_inner : int
     """
+    k, c = X.shape
+    with _sweep_threads(backend, k, c):
+        state = msm_state(backend, G, P, X, omega=omega, theta=theta)
+        return _inner_sweeps(state, backend.xp, max_inner, inner_tol)
+
+
+def msm_state(backend, G, P, X, *, omega, theta):
+    """The MSM sweep state of (*) from X: what ``half_step("msm")`` sweeps, one sweep per
+    ``state.sweep()`` (per-column statistics, ``STAT_DIFF2`` = squared step).  Used by the
+    dask NMF (:mod:`msm_gpu.apps.nmf_dask`), which needs every sweep's step norm."""
     from ..backends.base import default_panel
     from ..splitting import guarded_theta, make_splitting, relative_theta
 
-    k, c = X.shape
+    k = X.shape[0]
     g_diag = np.asarray(to_host(backend.xp.diagonal(G)), dtype=np.float64)
     theta_abs = relative_theta(g_diag, theta)
     splitting = make_splitting(g_diag, omega, guarded_theta(g_diag, theta_abs), True, check=False)
     pen = NonNeg()
-    with _sweep_threads(backend, k, c):
-        state = backend.start(
-            G, -P, X, splitting, pen.table(k, X.dtype), pen.code, default_panel(k)
-        )
-        return _inner_sweeps(state, backend.xp, max_inner, inner_tol)
+    return backend.start(G, -P, X, splitting, pen.table(k, X.dtype), pen.code, default_panel(k))
 
 
 #: Sweeps cheaper than this (k^2 c multiply-adds, ~10 ms on one core) run on one Numba
