@@ -37,6 +37,7 @@ def solve(
     panel=_DEFAULTS.panel,
     check_convergence=_DEFAULTS.check_convergence,
     method=_DEFAULTS.method,
+    threads=_DEFAULTS.threads,
 ) -> SolveResult:
     """Minimise F(X) = 1/2 tr(X'AX) + tr(X'R) + sum_ij h(X_ij) by the Matrix Splitting Method.
 
@@ -86,6 +87,10 @@ def solve(
         check_convergence only apply to MSM.  FISTA ("apg", "apg_ls") is not monotone
         and has no convergence guarantee for the nonconvex L0/Lp; it is kept as the
         paper's comparator.
+    threads : int >= 1, optional
+        Most CPU threads an MSM sweep may use.  Default: chosen from the work (one thread
+        for small problems), at most the CPUs available, ``NUMBA_NUM_THREADS`` and
+        ``OMP_NUM_THREADS``.  Ignored by the CUDA backend.
 
     Returns
     -------
@@ -119,8 +124,10 @@ def solve(
         panel=panel,
         check_convergence=check_convergence,
         method=method,
+        threads=threads,
     )
-    return _solve_on_backend(be, a, be.asarray(R, dtype), x0, R, penalty, started, options)
+    r = be.asarray_readonly(R, dtype)  # read only: no copy needed
+    return _solve_on_backend(be, a, r, x0, R, penalty, started, options)
 
 
 def _solve_on_backend(be, a, r, x0, user_like, penalty, started, options, *, constant=0.0):
@@ -132,7 +139,7 @@ def _solve_on_backend(be, a, r, x0, user_like, penalty, started, options, *, con
     if x0 is None:
         x_init = be.xp.zeros_like(r)
     else:
-        x_init = be.xp.reshape(be.asarray(x0, r.dtype), r.shape)
+        x_init = be.xp.reshape(be.asarray_readonly(x0, r.dtype), r.shape)  # the method copies
 
     def to_user(x):
         return be.to_user(x[:, 0] if one_problem else x, user_like)
@@ -145,7 +152,7 @@ def _solve_on_backend(be, a, r, x0, user_like, penalty, started, options, *, con
             penalty.is_convex,
             check=opts.check_convergence,
         )
-        stepper = MsmMethod(be, a, r, x_init, penalty, splitting, opts.panel)
+        stepper = MsmMethod(be, a, r, x_init, penalty, splitting, opts.panel, threads=opts.threads)
     else:
         stepper = ProxGradMethod(opts.method, be, a, r, x_init, penalty)
     out = run_iterations(

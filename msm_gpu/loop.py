@@ -105,6 +105,11 @@ class IterativeMethod(ABC):
     def current_x(self):
         """The whole n x r iterate (a new backend array)."""
 
+    def final_x(self):
+        """The whole iterate once the iterations are over (may hand over the method's own
+        array instead of a copy: no step follows)."""
+        return self.current_x()
+
     @abstractmethod
     def final_objective(self, x):
         """F per column of ``x``, computed directly (backend float64 array)."""
@@ -176,7 +181,7 @@ def run_iterations(
                 message = f"reached time_limit = {time_limit:g} s"
                 break
 
-        x = method.current_x()
+        x = method.final_x()
         loop_end = time.perf_counter()
         fun_cols = method.final_objective(x)
         return LoopOutcome(

@@ -36,6 +36,7 @@ class SolveOptions:
     panel: int | None = None
     check_convergence: bool = True
     method: str = "msm"
+    threads: int | None = None
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -68,6 +69,8 @@ class SolveOptions:
             "record_objective": bool(self.record_objective),
             "callback": v.check_callback(self.callback),
         }
+        if self.threads is not None:
+            checked["threads"] = v.check_int(self.threads, "threads", low=1)
         panel = default_panel(n) if self.panel is None else v.check_int(self.panel, "panel", low=1)
         return replace(
             self, **checked, panel=min(panel, n), check_convergence=bool(self.check_convergence)

@@ -39,9 +39,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from ..arrays import is_cupy, namespace, to_host
+from ..backends.jit import njit  # cached outside site-packages
 from ..backends.threads import blas_controller
 from ..penalties import NonNeg
 
@@ -205,7 +206,7 @@ def apg(G, P, X, *, max_inner, inner_tol):
 # -- block principal pivoting (Kim & Park 2011) -----------------------------------------
 
 
-@njit(cache=True, parallel=True)
+@njit(parallel=True)
 def _solve_columns(G, P, passive, cols, X):
     """Per column c in ``cols``: X[F, c] = G[F, F]^{-1} P[F, c] (F = passive rows), 0 elsewhere.
 
@@ -361,7 +362,7 @@ def bpp(G, P, X, *, max_inner=None, inner_tol=None):
 # -- greedy coordinate descent (Hsieh & Dhillon 2011) -----------------------------------
 
 
-@njit(cache=True, parallel=True)
+@njit(parallel=True)
 def _cgd_kernel(G, Pt, Xt, max_updates, ratio, counts):
     """Greedy coordinate descent on the rows of Xt (one NNLS problem per row)."""
     c, k = Xt.shape
