@@ -15,7 +15,9 @@ repeats.  Reported, in GEMMs:
 * ``sweep``: one sweep alone (``SweepState.sweep`` called in a loop), for reference.
 
 Targets (issue 10): per iter <= 1.5, fixed <= 3.  Timings on a shared machine are noisy:
-rerun, and compare ratios measured in one run.
+rerun, and compare ratios measured in one run.  ``--clock process`` times CPU seconds of
+the whole process instead of wall seconds (every thread counted: a proxy for the ratios
+on a machine too busy for wall-clock timings; spinning BLAS threads count too).
 """
 
 from __future__ import annotations
@@ -50,12 +52,15 @@ def make_problem(n, r, dtype, seed=0):
     return a, rhs, x
 
 
+CLOCK = time.perf_counter
+
+
 def _times(fn, calls, drop=1):
     times = []
     for _ in range(calls):
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append(CLOCK() - t0)
     return times[drop:]
 
 
@@ -86,14 +91,19 @@ def time_solve(n, r, dtype, repeats, k1=2, k2=10):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small shapes only")
+    parser.add_argument("--shapes", default=None, help="e.g. 200x1000,1000x4096")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", type=Path, default=None, help="folder for cpu_solve.png")
+    parser.add_argument("--clock", choices=("wall", "process"), default="wall")
     args = parser.parse_args(argv)
+    global CLOCK
+    CLOCK = time.perf_counter if args.clock == "wall" else time.process_time
 
     print(describe())
     print(
         "mg.solve(A, R, NonNeg(), x0=X, tol=0, max_iter=k), default options, in GEMMs A @ X "
-        f"(median of {args.repeats} rounds); targets: per iter <= {TARGET_ITER}, "
+        f"(median of {args.repeats} rounds, {args.clock} clock); "
+        f"targets: per iter <= {TARGET_ITER}, "
         f"fixed <= {TARGET_FIXED}"
     )
     print(
@@ -101,7 +111,10 @@ def main(argv=None):
         f"{'sweep':>7}"
     )
     rows = []
-    for n, r in QUICK_SHAPES if args.quick else SHAPES:
+    shapes = QUICK_SHAPES if args.quick else SHAPES
+    if args.shapes:
+        shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    for n, r in shapes:
         for dtype in (np.float64, np.float32):
             gemm, t1, t2, sweep, (k1, k2) = time_solve(n, r, dtype, args.repeats)
             per_iter = (t2 - t1) / (k2 - k1)
@@ -114,7 +127,7 @@ def main(argv=None):
                 flush=True,
             )
     if args.out is not None:
-        plot(rows, args.out / "cpu_solve.png")
+        plot(rows, args.out / f"cpu_solve_{args.clock}.png")
     return rows
 
 

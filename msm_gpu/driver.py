@@ -104,7 +104,10 @@ class MsmMethod(IterativeMethod):
     def final_objective(self, x):
         if self._anchored:  # tracked through every sweep: exact up to rounding
             return self._xp.asarray(self._f, copy=True)
-        return column_objectives(self._xp, self._a, self._r, x, self._penalty)[0]
+        terms = self._state.objective_terms(x)
+        if terms is None:
+            terms = column_objectives(self._xp, self._a, self._r, x, self._penalty)
+        return terms[0]
 
     def info(self):
         return {

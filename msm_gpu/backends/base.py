@@ -93,9 +93,10 @@ class SweepState(ABC):
         """
         return self.current_x()
 
-    def objective_terms(self):
-        """Per column of the whole iterate: (F, sum_j h) as float64 arrays, or None when
-        the backend has no fast path (the driver then computes them with array calls)."""
+    def objective_terms(self, x=None):
+        """Per column of ``x`` (None: the whole current iterate): (F, sum_j h) as float64
+        arrays, or None when the backend has no fast path (the driver then computes them
+        with array calls)."""
         return None
 
     def close(self):  # noqa: B027  (optional hook: most states hold nothing)

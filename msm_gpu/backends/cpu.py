@@ -104,12 +104,15 @@ class CpuSweepState(SweepState):
         self._run(one, m, 2.0 * n * n * m)
         return stats.copy()
 
-    def objective_terms(self):
-        """Per column of the whole iterate: (F, sum_j h), float64 (one GEMM of flops).
+    def objective_terms(self, x=None):
+        """Per column of ``x`` (None: the whole iterate): (F, sum_j h), float64 (one GEMM
+        of flops).
 
         F(0) = 0 is known without a product when 0 is feasible (x0 = zeros by default).
         """
-        x = self.current_x() if self._compact() else self._x
+        if x is None:
+            x = self.current_x() if self._compact() else self._x
+        x = np.ascontiguousarray(x, dtype=self._afold.dtype)
         m = x.shape[1]
         fun = np.zeros(m, dtype=np.float64)
         hsum = np.zeros(m, dtype=np.float64)

@@ -259,10 +259,14 @@ def objective_columns(a, code, params, r, x, c0, c1, fun, hsum):
             lb = np.float64(params[j, 1])
             ub = np.float64(params[j, 2])
             pexp = np.float64(params[j, 3])
-            if code == CODE_BOX and lb == -np.inf and ub == np.inf:
+            if code == CODE_BOX:
+                # h is 0 or inf: mark the columns with an entry outside [lb, ub] (added to
+                # F at the end), so the loop stays branch-free
                 for col in range(nc):
                     xv = np.float64(xrow[col])
                     frow[col] += xv * (0.5 * np.float64(axrow[col]) + np.float64(rrow[col]))
+                    inside = xv >= lb and xv <= ub
+                    hrow[col] = hrow[col] if inside else np.inf
             else:
                 for col in range(nc):
                     xv = np.float64(xrow[col])
@@ -270,6 +274,9 @@ def objective_columns(a, code, params, r, x, c0, c1, fun, hsum):
                     hv = h_scalar(code, xv, lam, lb, ub, pexp)
                     frow[col] += quad + hv
                     hrow[col] += hv
+    if code == CODE_BOX:
+        for col in range(c0, c1):
+            fun[col] += hsum[col]
 
 
 @njit(nogil=True)
