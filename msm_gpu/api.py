@@ -41,6 +41,7 @@ def solve(
     method=_DEFAULTS.method,
     verbose=_DEFAULTS.verbose,
     finish=_DEFAULTS.finish,
+    threads=_DEFAULTS.threads,
 ) -> SolveResult:
     """Minimise F(X) = 1/2 tr(X'AX) + tr(X'R) + sum_ij h(X_ij) by the Matrix Splitting Method.
 
@@ -114,6 +115,10 @@ def solve(
         column (``info["kkt_residual"]``) and the MSM phase runs at most a few sweeps (it
         only has to find the face); for L0/Lp the finish is a support polish, kept per
         column only where it does not increase F.  MSM only (ignored by the baselines).
+    threads : int >= 1, optional
+        Most CPU threads an MSM sweep may use.  Default: chosen from the work (one thread
+        for small problems), at most the CPUs available, ``NUMBA_NUM_THREADS`` and
+        ``OMP_NUM_THREADS``.  Ignored by the CUDA backend.
 
     Returns
     -------
@@ -153,6 +158,7 @@ def solve(
         method=method,
         verbose=verbose,
         finish=finish,
+        threads=threads,
     )
     problem = prepare_solve(
         A,
@@ -198,7 +204,9 @@ def _solve_on_backend(problem, started, options):
             check=opts.check_convergence,
         )
         if opts.finish is None:  # the paper's plain MSM
-            stepper = MsmMethod(be, a, r, x_init, penalty, splitting, opts.panel)
+            stepper = MsmMethod(
+                be, a, r, x_init, penalty, splitting, opts.panel, threads=opts.threads
+            )
             out = run_iterations(stepper, n_cols=n_cols, **loop_options)
         else:  # sweeps find the face, an exact solve on it finishes (finish.py)
             out = run_msm_finished(
@@ -211,6 +219,7 @@ def _solve_on_backend(problem, started, options):
                 finish=opts.finish,
                 panel=opts.panel,
                 psd_known=problem.psd_known,
+                threads=opts.threads,
                 **loop_options,
             )
     user = user_outcome(problem, out)

@@ -12,8 +12,11 @@ nonconvex theorem holds with equality:
     T = diag(C) = D - (D + theta I) / omega,
 
 so every sweep returns, per column, the terms of this identity (``STAT_QUAD`` and
-``STAT_HZ``) and the driver updates F column by column.  F(X_0) and the final F are
-computed directly (one product with A each).
+``STAT_HZ``) and the driver updates F column by column.  F(X_0) is computed directly (one
+product with A; none for X_0 = 0 where 0 is feasible: F(0) = 0), and the final F is the
+tracked one; a direct product is used only when F was not tracked (objective not
+recorded, or X_0 outside dom h).  ``tests/test_objective_tracking.py`` checks the
+tracked F against the direct one.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ class MsmMethod(IterativeMethod):
     statistics from which the step norms and the exact objective update follow.
     """
 
-    def __init__(self, backend, a, r, x0, penalty, splitting, panel):
+    def __init__(self, backend, a, r, x0, penalty, splitting, panel, *, threads=None):
         self._xp = backend.xp
         self._a, self._r, self._x0, self._penalty = a, r, x0, penalty
         self._splitting = splitting
@@ -48,6 +51,7 @@ class MsmMethod(IterativeMethod):
         self._state = backend.start(
             a, r, x0, splitting, penalty.table(a.shape[0]), penalty.code, panel
         )
+        self._state.max_threads = threads
         self._f = self._h = None
         self._anchored = False
         self._active_dev = self._xp.asarray(self._state.active)
@@ -57,23 +61,31 @@ class MsmMethod(IterativeMethod):
         return self._state.active
 
     def start_objective(self):
-        self._objective_at(self._x0)
+        self._objective_at(None)
 
     def step(self, record_objective):
         xp = self._xp
         stats = self._state.sweep()
         if record_objective:
-            if self._anchored:
+            if self._anchored and len(self.active) == self._f.shape[0]:  # all columns
+                self._f += stats[STAT_QUAD] + stats[STAT_HZ] - self._h
+                self._h = stats[STAT_HZ]
+            elif self._anchored:
                 act = self._active_dev
                 self._f[act] += stats[STAT_QUAD] + stats[STAT_HZ] - self._h[act]
                 self._h[act] = stats[STAT_HZ]
             else:
                 # X_0 was outside dom h (F = inf): anchor on the new, feasible iterate
-                self._objective_at(self._state.current_x())
+                self._objective_at(None)
         return StepReport(step=xp.sqrt(stats[STAT_DIFF2]), xnorm=xp.sqrt(stats[STAT_XNORM2]))
 
     def _objective_at(self, x):
-        self._f, self._h = column_objectives(self._xp, self._a, self._r, x, self._penalty)
+        """F and sum h per column at ``x`` (None: the state's current iterate)."""
+        terms = self._state.objective_terms() if x is None else None
+        if terms is None:
+            x = self._state.current_x() if x is None else x
+            terms = column_objectives(self._xp, self._a, self._r, x, self._penalty)
+        self._f, self._h = terms
         self._anchored = bool(self._xp.all(self._xp.isfinite(self._f)))
 
     def objective(self):
@@ -86,8 +98,16 @@ class MsmMethod(IterativeMethod):
     def current_x(self):
         return self._state.current_x()
 
+    def final_x(self):
+        return self._state.take_x()
+
     def final_objective(self, x):
-        return column_objectives(self._xp, self._a, self._r, x, self._penalty)[0]
+        if self._anchored:  # tracked through every sweep: exact up to rounding
+            return self._xp.asarray(self._f, copy=True)
+        terms = self._state.objective_terms(x)
+        if terms is None:
+            terms = column_objectives(self._xp, self._a, self._r, x, self._penalty)
+        return terms[0]
 
     def info(self):
         return {

@@ -19,9 +19,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from .arrays import module_of, namespace, to_host
+from .backends.jit import njit  # cached outside site-packages
 
 
 def _solve_columns(G, P, passive, cols, X):
@@ -71,9 +72,9 @@ def _solve_columns(G, P, passive, cols, X):
             X[idx[a], c] = z[a]
 
 
-solve_columns = njit(cache=True, parallel=True)(_solve_columns)
+solve_columns = njit(parallel=True)(_solve_columns)
 #: The same, serial: for a few small columns a parallel launch costs more than the work.
-solve_columns_serial = njit(cache=True)(_solve_columns)
+solve_columns_serial = njit(_solve_columns)
 #: Below this many flops (sum of f^3/3 over the columns) the serial kernel is used.
 SERIAL_FLOPS = 2e5
 

@@ -583,7 +583,7 @@ FINISH_SKIPPED = "A was not shown positive semidefinite (check_convergence=False
 
 
 def run_msm_finished(
-    backend, a, r, x0, penalty, splitting, *, finish, panel, psd_known=True, **loop
+    backend, a, r, x0, penalty, splitting, *, finish, panel, psd_known=True, threads=None, **loop
 ):
     """MSM sweeps through :func:`msm_gpu.loop.run_iterations`, then the exact finish.
 
@@ -614,7 +614,7 @@ def run_msm_finished(
     def msm_run(x_start, rr, **overrides):
         options = {**loop, **overrides}
         return run_iterations(
-            MsmMethod(backend, a, rr, x_start, penalty, splitting, panel),
+            MsmMethod(backend, a, rr, x_start, penalty, splitting, panel, threads=threads),
             n_cols=rr.shape[1],
             **options,
         )
@@ -663,13 +663,14 @@ def run_msm_finished(
         x = xp.astype(x64, a.dtype)
     kkt = kkt_residual(a, r, x, penalty)
     info["kkt_residual"] = kkt
-    f_cols, _ = column_objective(
-        xp,
-        xp.astype(a, xp.float64, copy=False),
-        xp.astype(r, xp.float64, copy=False),
-        xp.astype(x, xp.float64, copy=False),
-        penalty,
-    )
+    if a.dtype == xp.float64:
+        f_cols, _ = column_objective(xp, a, r, x, penalty)
+    else:
+        # as the plain run reports it: the bounds compared in x's dtype (a float32 x at a
+        # bound is the bound rounded to float32, outside the float64 box by an ulp)
+        from .driver import column_objectives
+
+        f_cols = column_objectives(xp, a, r, x, penalty)[0]
     fun = float(xp.sum(f_cols))
     if record_objective:
         history.append(fun)

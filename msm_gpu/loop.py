@@ -125,6 +125,11 @@ class IterativeMethod(ABC):
     def current_x(self):
         """The whole n x r iterate (a new backend array)."""
 
+    def final_x(self):
+        """The whole iterate once the iterations are over (may hand over the method's own
+        array instead of a copy: no step follows)."""
+        return self.current_x()
+
     @abstractmethod
     def final_objective(self, x):
         """F per column of ``x``, computed directly (backend float64 array)."""
@@ -223,7 +228,7 @@ def run_iterations(
                 message = PHASE_DONE_MESSAGE
                 break
 
-        x = method.current_x()
+        x = method.final_x()
         loop_end = time.perf_counter()
         fun_cols = method.final_objective(x)
         # never converged with a non-finite x or F (e.g. F = -inf from an indefinite A)

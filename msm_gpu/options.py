@@ -39,6 +39,7 @@ class SolveOptions:
     method: str = "msm"
     verbose: bool = False
     finish: str | None = "auto"
+    threads: int | None = None
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -73,6 +74,8 @@ class SolveOptions:
             "verbose": bool(self.verbose),
             "finish": check_finish(self.finish),
         }
+        if self.threads is not None:
+            checked["threads"] = v.check_int(self.threads, "threads", low=1)
         panel = default_panel(n) if self.panel is None else v.check_int(self.panel, "panel", low=1)
         return replace(
             self, **checked, panel=min(panel, n), check_convergence=bool(self.check_convergence)

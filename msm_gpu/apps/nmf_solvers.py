@@ -39,9 +39,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from ..arrays import is_cupy, namespace, to_host
+from ..backends.jit import njit  # cached outside site-packages
 from ..backends.threads import blas_controller
 from ..facesolve import solve_passive as _solve_passive
 from ..penalties import NonNeg
@@ -348,7 +349,7 @@ def bpp(G, P, X, *, max_inner=None, inner_tol=None):
 # -- greedy coordinate descent (Hsieh & Dhillon 2011) -----------------------------------
 
 
-@njit(cache=True, parallel=True)
+@njit(parallel=True)
 def _cgd_kernel(G, Pt, Xt, max_updates, ratio, counts):
     """Greedy coordinate descent on the rows of Xt (one NNLS problem per row)."""
     c, k = Xt.shape

@@ -77,6 +77,9 @@ class SweepState(ABC):
     """
 
     active: np.ndarray
+    #: Cap on the host threads a sweep may use (None: chosen by the backend); ignored by
+    #: backends that do not sweep on host threads.
+    max_threads: int | None = None
 
     @abstractmethod
     def sweep(self):
@@ -96,6 +99,19 @@ class SweepState(ABC):
     @abstractmethod
     def current_x(self):
         """The whole n x r iterate (a new array in the backend namespace)."""
+
+    def take_x(self):
+        """The whole iterate, handed over: the state is not swept afterwards.
+
+        Backends that can give their own array (no copy) override this.
+        """
+        return self.current_x()
+
+    def objective_terms(self, x=None):
+        """Per column of ``x`` (None: the whole current iterate): (F, sum_j h) as float64
+        arrays, or None when the backend has no fast path (the driver then computes them
+        with array calls)."""
+        return None
 
     def close(self):  # noqa: B027  (optional hook: most states hold nothing)
         """Release what the state holds between sweeps (e.g. thread settings)."""
@@ -139,6 +155,11 @@ class Backend(ABC):
     @abstractmethod
     def asarray(self, x, dtype):
         """Move/convert ``x`` to this backend with ``dtype`` (a copy, never a view)."""
+
+    def asarray_readonly(self, x, dtype):
+        """Like :meth:`asarray` for data that will only be read: may return a read-only
+        view of ``x`` instead of a copy (never a writable view of user data)."""
+        return self.asarray(x, dtype)
 
     @abstractmethod
     def to_user(self, x, like):

@@ -1,108 +1,145 @@
-"""CPU backend: NumPy arrays, the Numba sweep over contiguous column chunks."""
+"""CPU backend: NumPy arrays, the Numba sweep over column ranges of the iterate in place."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from . import cpu_kernels as _kernels
 from .base import N_STATS, Backend, SweepState, check_penalty_code, fold_matrix
-from .threads import serial_numba_blas
+from .threads import run_ranges, serial_numba_blas, sweep_threads, thread_cap
 
-#: Columns per chunk (one Numba thread sweeps one chunk, calling 1-thread BLAS).
+#: Most columns per range (one thread sweeps one range at a time, calling 1-thread BLAS);
+#: a range's rows and its panel buffer stay in the core's cache.
 CHUNK_COLUMNS = 256
-#: Narrowest chunk worth splitting for (below this, one chunk per column group).
-MIN_CHUNK_COLUMNS = 16
+#: Narrowest range worth splitting for.
+MIN_CHUNK_COLUMNS = 32
+#: Ranges per thread (more ranges than threads: a thread that is not scheduled holds back
+#: at most one range, the others take the rest).
+RANGES_PER_THREAD = 4
 
 
 def chunk_width(n_cols: int, n_threads: int) -> int:
-    """Columns per chunk: at most CHUNK_COLUMNS, and enough chunks to feed every thread."""
-    n_chunks = max(-(-n_cols // CHUNK_COLUMNS), 1)
-    if n_chunks < n_threads:
-        n_chunks = max(1, min(n_threads, n_cols // MIN_CHUNK_COLUMNS))
-    return max(1, -(-n_cols // n_chunks))
+    """Columns per range: at most CHUNK_COLUMNS, at least MIN_CHUNK_COLUMNS (or all), and
+    about RANGES_PER_THREAD ranges per thread; one thread: ranges as wide as allowed."""
+    if n_threads <= 1:
+        return max(1, min(CHUNK_COLUMNS, n_cols))
+    want = -(-n_cols // (RANGES_PER_THREAD * n_threads))
+    return max(1, min(CHUNK_COLUMNS, n_cols, max(MIN_CHUNK_COLUMNS, want)))
 
 
-def _numba_threads() -> int:
-    import numba
-
-    return numba.get_num_threads()
+def plan(n_cols: int, flops: float, cap: int):
+    """(column ranges, threads) for a call of ``flops`` over ``n_cols`` columns."""
+    threads = sweep_threads(flops, -(-n_cols // MIN_CHUNK_COLUMNS), cap)
+    width = chunk_width(n_cols, threads)
+    return [(c0, min(c0 + width, n_cols)) for c0 in range(0, n_cols, width)], threads
 
 
 class CpuSweepState(SweepState):
-    """Iterate stored as K contiguous (n, c) chunks of the active columns."""
+    """The iterate as one C-ordered (n, m) array, swept in place a column range at a time.
 
-    def __init__(self, afold, b_diag, code, table, r, x0, panel):
+    While every column is active, ``m = r`` and the array is the solution being built (no
+    packing, no unpacking).  When columns retire, the active ones are copied into a compact
+    array (and the retired ones stay in the full iterate).
+
+    ``max_threads`` (None: :func:`threads.thread_cap`) caps the threads of a sweep.
+    """
+
+    def __init__(self, a, afold, b_diag, code, table, r, x0, panel):
+        self._a = np.ascontiguousarray(a, dtype=afold.dtype)
         self._afold = afold
         self._b_diag = b_diag
         self._code = int(code)
         self._table = table
         self._panel = int(panel)
-        self._r_full = r
-        self._x = x0.copy()  # columns are written back here when they retire
-        self.active = np.arange(r.shape[1])
+        self._r_full = np.ascontiguousarray(r, dtype=afold.dtype)  # read only
+        self._x = np.array(x0, dtype=afold.dtype, order="C", copy=True)
+        self.active = np.arange(self._x.shape[1])
         self._serial_blas = None
-        self._pack()
+        self._plans = {}
+        self.max_threads = None
+        self._use(self._x, self._r_full)
 
-    def _pack(self):
-        """(Re)build the chunks from the active columns of the current iterate."""
-        n = self._x.shape[0]
-        cols = self.active
-        width = chunk_width(len(cols), _numba_threads())
-        n_chunks = max(-(-len(cols) // width), 1)
-        dtype = self._x.dtype
-        self._y = np.zeros((n_chunks, n, width), dtype=dtype)
-        self._rc = np.zeros((n_chunks, n, width), dtype=dtype)
-        self._ncols = np.zeros(n_chunks, dtype=np.int64)
-        for k in range(n_chunks):
-            sel = cols[k * width : (k + 1) * width]
-            self._ncols[k] = len(sel)
-            self._y[k, :, : len(sel)] = self._x[:, sel]
-            self._rc[k, :, : len(sel)] = self._r_full[:, sel]
-        self._stats = np.zeros((n_chunks, N_STATS, width), dtype=np.float64)
-        # positions of the real columns in the flattened (chunk, column) statistics
-        self._real = (
-            np.flatnonzero(np.arange(n_chunks * width) % width < np.repeat(self._ncols, width))
-            if n_chunks * width != len(cols)
-            else None
-        )
+    @property
+    def max_threads(self):
+        return self._max_threads
 
-    def _unpack_into(self, x):
-        width = self._y.shape[2]
-        for k in range(self._y.shape[0]):
-            sel = self.active[k * width : (k + 1) * width]
-            x[:, sel] = self._y[k, :, : len(sel)]
+    @max_threads.setter
+    def max_threads(self, value):
+        self._max_threads = value
+        self._cap = thread_cap(value)
+        self._plans.clear()
+
+    def _use(self, y, rc):
+        """Sweep ``y`` (n, m) with linear term ``rc`` from now on."""
+        self._y, self._rc = y, rc
+        self._stats = np.zeros((N_STATS, y.shape[1]), dtype=np.float64)
+
+    def _compact(self):
+        return self._y is not self._x
+
+    def _run(self, fn, m, flops):
+        """``fn(c0, c1)`` over ranges of the columns 0..m-1, threads chosen from the work."""
+        if self._serial_blas is None:
+            # The kernels call SciPy's BLAS from several threads: BLAS itself must stay
+            # serial, or the two thread pools fight (docs/design.md, "CPU sweep").  Kept
+            # until close(): changing OpenBLAS's thread count costs milliseconds.
+            self._serial_blas = serial_numba_blas().__enter__()
+        key = (m, flops)
+        if key not in self._plans:
+            self._plans[key] = plan(m, flops, self._cap)
+        bounds, threads = self._plans[key]
+        if len(bounds) == 1:
+            fn(*bounds[0])
+        else:
+            run_ranges(lambda i: fn(*bounds[i]), len(bounds), threads)
 
     def sweep(self):
-        from .cpu_kernels import sweep_chunks_parallel, sweep_chunks_serial
+        afold, b_diag, code, table = self._afold, self._b_diag, self._code, self._table
+        r, y, panel, stats = self._rc, self._y, self._panel, self._stats
 
-        kernel = sweep_chunks_parallel if self._y.shape[0] > 1 else sweep_chunks_serial
-        # Each Numba thread calls BLAS on its own chunk: BLAS itself must stay serial,
-        # or the two thread pools fight (docs/design.md, "CPU sweep").  The setting is kept
-        # until close(): changing OpenBLAS's thread count costs milliseconds.
-        if self._serial_blas is None:
-            self._serial_blas = serial_numba_blas().__enter__()
-        kernel(
-            self._afold,
-            self._b_diag,
-            self._code,
-            self._table,
-            self._rc,
-            self._y,
-            self._ncols,
-            self._panel,
-            self._stats,
-        )
-        stats = np.transpose(self._stats, (1, 0, 2)).reshape(N_STATS, -1)
-        if self._real is not None:  # drop the padding of the last chunk
-            return stats[:, self._real]
-        return stats
+        def one(c0, c1):
+            _kernels.sweep_columns(afold, b_diag, code, table, r, y, c0, c1, panel, stats)
+
+        n, m = y.shape
+        self._run(one, m, 2.0 * n * n * m)
+        return stats.copy()
+
+    def objective_terms(self, x=None):
+        """Per column of ``x`` (None: the whole iterate): (F, sum_j h), float64 (one GEMM
+        of flops).
+
+        F(0) = 0 is known without a product when 0 is feasible (x0 = zeros by default).
+        """
+        if x is None:
+            x = self.current_x() if self._compact() else self._x
+        x = np.ascontiguousarray(x, dtype=self._afold.dtype)
+        m = x.shape[1]
+        fun = np.zeros(m, dtype=np.float64)
+        hsum = np.zeros(m, dtype=np.float64)
+        table = self._table
+        zero_feasible = bool(np.all(table[:, 1] <= 0.0) and np.all(table[:, 2] >= 0.0))
+        if zero_feasible and _kernels.all_zero(x):
+            return fun, hsum
+        a, code, r = self._a, self._code, self._r_full
+
+        def one(c0, c1):
+            _kernels.objective_columns(a, code, table, r, x, c0, c1, fun, hsum)
+
+        n = x.shape[0]
+        self._run(one, m, 2.0 * n * n * m)
+        return fun, hsum
 
     def retire(self, keep):
         keep = np.asarray(keep, dtype=bool)
         if keep.all():
             return
-        self._unpack_into(self._x)
+        if self._compact():
+            self._x[:, self.active] = self._y
         self.active = self.active[keep]
-        self._pack()
+        self._use(
+            np.ascontiguousarray(self._x[:, self.active]),
+            np.ascontiguousarray(self._r_full[:, self.active]),
+        )
 
     def close(self):
         if self._serial_blas is not None:
@@ -111,7 +148,16 @@ class CpuSweepState(SweepState):
 
     def current_x(self):
         x = self._x.copy()
-        self._unpack_into(x)
+        if self._compact():
+            x[:, self.active] = self._y
+        return x
+
+    def take_x(self):
+        """The whole iterate without a copy; the state must not sweep afterwards."""
+        if self._compact():
+            self._x[:, self.active] = self._y
+            self._use(self._x[:, :0], self._r_full[:, :0])
+        x, self._x = self._x, None
         return x
 
 
@@ -137,6 +183,17 @@ class CpuBackend(Backend):
             x = x.get()
         return np.array(x, dtype=dtype, copy=True)
 
+    def asarray_readonly(self, x, dtype):
+        if hasattr(x, "__cuda_array_interface__") and hasattr(x, "get"):
+            return self.asarray(x, dtype)
+        arr = np.asarray(x, dtype=dtype)
+        if isinstance(x, np.ndarray) and np.may_share_memory(arr, x):
+            # nothing had to change: a read-only view instead of a copy (a write into it
+            # raises instead of changing the user's data)
+            arr = arr.view()
+            arr.flags.writeable = False
+        return arr
+
     def to_user(self, x, like):
         if hasattr(like, "__cuda_array_interface__"):
             import cupy
@@ -149,4 +206,4 @@ class CpuBackend(Backend):
         afold = np.ascontiguousarray(fold_matrix(a, splitting.c_diag, panel))
         b_diag = np.asarray(splitting.b_diag, dtype=a.dtype)
         table = np.ascontiguousarray(table, dtype=a.dtype)
-        return CpuSweepState(afold, b_diag, code, table, r, x0, panel)
+        return CpuSweepState(a, afold, b_diag, code, table, r, x0, panel)

@@ -1,0 +1,258 @@
+"""CPU runtime: strided BLAS calls, the thread pool, the fast objective, the tracked final
+objective, the threads= option, and where compiled kernels are cached."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import msm_gpu as mg
+from msm_gpu.backends import jit, threads
+from msm_gpu.backends.cpu import CpuBackend
+from msm_gpu.splitting import make_splitting
+
+DTYPES = [np.float64, np.float32]
+PENALTIES = [
+    mg.Zero(),
+    mg.NonNeg(),
+    mg.Box(-0.2, 0.3),
+    mg.L1(0.2),
+    mg.NonNegL1(0.1),
+    mg.L0(0.3),
+    mg.L0(0.2, lb=0.0, ub=0.5),
+    mg.Lp(0.1, 0.5),
+    mg.Lp(0.1, 2.0 / 3.0),
+]
+
+
+def _problem(n, r, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    c = rng.uniform(size=(n + 5, n))
+    a = (c.T @ c).astype(dtype)
+    rhs = (-c.T @ rng.uniform(size=(n + 5, r))).astype(dtype)
+    return a, rhs
+
+
+# -- GEMM on strided views ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gemm_on_strided_views_matches_numpy(dtype):
+    from numba import njit
+
+    from msm_gpu.backends.blas import gemm_rm, gemm_rm_at
+
+    @njit
+    def both(a, at, b, c1, c2, beta):
+        gemm_rm(a, b, c1, beta)
+        gemm_rm_at(at, b, c2, beta)
+
+    rng = np.random.default_rng(1)
+    big_a = rng.standard_normal((40, 50)).astype(dtype)
+    big_b = rng.standard_normal((60, 70)).astype(dtype)
+    rtol = 1e-12 if dtype == np.float64 else 1e-5
+    for beta in (0.0, 1.0):
+        c1 = rng.standard_normal((30, 80)).astype(dtype)
+        c2 = rng.standard_normal((30, 80)).astype(dtype)
+        keep1, keep2 = c1.copy(), c2.copy()
+        a = big_a[3:15, 7:30]  # 12 x 23, row stride 50
+        at = big_a[5:28, 20:32]  # 23 x 12: used transposed
+        b = big_b[10:33, 40:57]  # 23 x 17, row stride 70
+        both(a, at, b, c1[4:16, 9:26], c2[4:16, 9:26], beta)
+        want1 = a.astype(np.float64) @ b + beta * keep1[4:16, 9:26]
+        want2 = at.T.astype(np.float64) @ b + beta * keep2[4:16, 9:26]
+        np.testing.assert_allclose(c1[4:16, 9:26], want1, rtol=rtol, atol=rtol * 10)
+        np.testing.assert_allclose(c2[4:16, 9:26], want2, rtol=rtol, atol=rtol * 10)
+        # nothing outside the target block was written
+        for c, keep in ((c1, keep1), (c2, keep2)):
+            mask = np.ones(c.shape, dtype=bool)
+            mask[4:16, 9:26] = False
+            np.testing.assert_array_equal(c[mask], keep[mask])
+
+
+# -- thread pool ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
+def test_run_ranges_calls_every_item_once(n_threads):
+    seen = []
+    lock = threading.Lock()
+
+    def fn(i):
+        with lock:
+            seen.append(i)
+
+    threads.run_ranges(fn, 37, n_threads)
+    assert sorted(seen) == list(range(37))
+
+
+def test_run_ranges_reraises_and_waits():
+    def fn(i):
+        if i == 5:
+            raise KeyError("boom")
+
+    with pytest.raises(KeyError, match="boom"):
+        threads.run_ranges(fn, 20, 2)
+    threads.run_ranges(lambda i: None, 4, 2)  # the pool still works
+
+
+def test_small_work_runs_on_one_thread():
+    assert threads.sweep_threads(2.0 * 100 * 100 * 50, 2, 8) == 1  # README example
+    assert threads.sweep_threads(2.0 * 1000 * 1000 * 4096, 16, 2) == 2
+    assert threads.sweep_threads(2.0 * 1000 * 1000 * 4096, 16, 1) == 1  # the cap wins
+    assert threads.sweep_threads(1e12, 3, 8) == 3  # never more threads than ranges
+
+
+def test_thread_cap_honours_the_environment(monkeypatch):
+    monkeypatch.delenv("NUMBA_NUM_THREADS", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert threads.thread_cap() == 1
+    assert threads.thread_cap(3) == 3  # an explicit threads= wins
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert threads.thread_cap() == threads.available_cpus()
+
+
+# -- objective -----------------------------------------------------------------------------
+
+
+def _state(a, rhs, x0, penalty, panel=16):
+    split = make_splitting(np.diag(a).astype(np.float64), 1.0, 0.01, penalty.is_convex)
+    n = a.shape[0]
+    return CpuBackend().start(a, rhs, x0, split, penalty.table(n, a.dtype), penalty.code, panel)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("penalty", PENALTIES, ids=repr)
+def test_objective_terms_match_the_reference_formulas(penalty, dtype):
+    a, rhs = _problem(37, 300, dtype)
+    rng = np.random.default_rng(4)
+    x = rng.uniform(-0.5, 0.5, size=rhs.shape)
+    x[:, :150] = rng.uniform(0.0, 0.2, size=(37, 150))  # inside every penalty's domain
+    x[rng.uniform(size=x.shape) < 0.3] = 0.0
+    x = x.astype(dtype)
+    with _state(a, rhs, x, penalty) as state:
+        fun, hsum = state.objective_terms()
+    x64, a64, r64 = (v.astype(np.float64) for v in (x, a, rhs))
+    h_ref = penalty.value(x64).sum(axis=0)
+    f_ref = 0.5 * np.einsum("ij,ij->j", x64, a64 @ x64) + np.einsum("ij,ij->j", x64, r64) + h_ref
+    finite = np.isfinite(f_ref)
+    np.testing.assert_array_equal(np.isfinite(fun), finite)  # inf outside dom h
+    assert finite.any()
+    scale = np.abs(f_ref[finite]).max()
+    tol = (1e-12 if dtype == np.float64 else 1e-5) * scale
+    np.testing.assert_allclose(fun[finite], f_ref[finite], atol=tol)
+    np.testing.assert_allclose(hsum[finite], h_ref[finite], atol=tol)
+
+
+def test_objective_at_zero_needs_no_product_and_is_exact():
+    a, rhs = _problem(20, 10, np.float64)
+    with _state(a, rhs, np.zeros_like(rhs), mg.NonNeg()) as state:
+        state._a = None  # any product with A would now fail
+        fun, hsum = state.objective_terms()
+    assert np.array_equal(fun, np.zeros(10)) and np.array_equal(hsum, np.zeros(10))
+    # 0 infeasible: F(0) = inf, computed, not assumed
+    with _state(a, rhs, np.zeros_like(rhs), mg.Box(0.1, 1.0)) as state:
+        fun, _ = state.objective_terms()
+    assert np.all(np.isinf(fun))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("penalty", PENALTIES, ids=repr)
+def test_tracked_final_objective_equals_the_direct_one(penalty, dtype):
+    """result.fun is the objective tracked through the sweeps (no final product with A):
+    it must equal F(result.x) computed directly, after many iterations and retirements."""
+    a, rhs = _problem(45, 120, dtype, seed=3)
+    x0 = np.random.default_rng(5).uniform(0, 0.2, size=rhs.shape).astype(dtype)
+    res = mg.solve(a, rhs, penalty, x0=x0, tol=1e-5, max_iter=400, panel=16)
+    x64 = res.x.astype(np.float64)
+    a64, r64 = a.astype(np.float64), rhs.astype(np.float64)
+    direct = (
+        0.5 * np.einsum("ij,ij->j", x64, a64 @ x64)
+        + np.einsum("ij,ij->j", x64, r64)
+        + penalty.value(x64).sum(axis=0)
+    )
+    tol = (1e-10 if dtype == np.float64 else 2e-5) * max(1.0, np.abs(direct).sum())
+    assert abs(res.fun - direct.sum()) <= tol
+    assert res.objective[-1] == pytest.approx(res.fun, rel=0, abs=tol)
+    assert res.x.flags.writeable and res.x.flags.owndata
+
+
+# -- the threads= option and the user's arrays ----------------------------------------------
+
+
+def test_threads_option_is_validated():
+    a, rhs = _problem(10, 3, np.float64)
+    with pytest.raises(ValueError, match="threads"):
+        mg.solve(a, rhs, mg.NonNeg(), threads=0)
+    with pytest.raises(TypeError, match="threads"):
+        mg.solve(a, rhs, mg.NonNeg(), threads=1.5)
+    with pytest.raises(TypeError, match="threads"):
+        mg.nnls(np.eye(3), np.ones(3), threads="2")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_one_thread_and_several_threads_agree(dtype, monkeypatch):
+    monkeypatch.setattr(threads, "MIN_FLOPS_PER_THREAD", 1.0)  # use the pool even when small
+    a, rhs = _problem(70, 333, dtype)
+    one = mg.solve(a, rhs, mg.L1(0.05), tol=0, max_iter=30, threads=1)
+    many = mg.solve(a, rhs, mg.L1(0.05), tol=0, max_iter=30, threads=3)
+    rtol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(many.x, one.x, rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(many.objective, one.objective, rtol=rtol)
+
+
+def test_inputs_are_read_not_copied_and_never_written():
+    a, rhs = _problem(30, 40, np.float64)
+    x0 = np.full_like(rhs, 0.1)
+    keep = [v.copy() for v in (a, rhs, x0)]
+    res = mg.solve(a, rhs, mg.NonNeg(), x0=x0, tol=0, max_iter=5)
+    for v, k in zip((a, rhs, x0), keep, strict=True):
+        np.testing.assert_array_equal(v, k)
+        assert v.flags.writeable  # the user's arrays keep their flags
+        assert not np.shares_memory(res.x, v)
+    be = CpuBackend()
+    view = be.asarray_readonly(rhs, np.float64)
+    assert np.shares_memory(view, rhs) and not view.flags.writeable
+    with pytest.raises(ValueError):
+        view[0, 0] = 1.0
+    converted = be.asarray_readonly(rhs, np.float32)  # a conversion is a new array
+    assert not np.shares_memory(converted, rhs)
+
+
+# -- compiled-kernel cache -------------------------------------------------------------------
+
+
+def test_kernels_are_cached_outside_the_package():
+    import msm_gpu
+    from msm_gpu.backends import cpu_kernels
+
+    package = os.path.dirname(os.path.abspath(msm_gpu.__file__))
+    for kernel in (cpu_kernels.sweep_columns, cpu_kernels.objective_columns):
+        path = os.path.abspath(kernel._cache._cache_path)
+        assert not path.startswith(package + os.sep), path
+        assert path.startswith(os.path.abspath(jit.cache_dir()) + os.sep), path
+
+
+def test_numba_cache_dir_of_the_user_is_respected(tmp_path):
+    code = (
+        "from msm_gpu.backends import cpu_kernels, jit; "
+        "from numba.core import config; "
+        "print(cpu_kernels.sweep_columns._cache._cache_path); print(repr(config.CACHE_DIR))"
+    )
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "user"))
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split("\n")
+    assert out[0].startswith(str(tmp_path / "user"))
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env["MSM_GPU_CACHE_DIR"] = str(tmp_path / "ours")
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split("\n")
+    assert out[0].startswith(str(tmp_path / "ours"))
+    assert out[1] == "''"  # Numba's global setting is restored for other libraries
