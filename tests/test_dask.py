@@ -250,14 +250,18 @@ def test_nmf_sparse_blocks_and_bpp(client):
 def test_nmf_dask_random_start_and_bad_input(client):
     Y = _digits(300)
     Yd = da.from_array(Y, chunks=(100, 64))
-    model = mg.NMF(5, max_iter=8, random_state=0)
+    # without extrapolation alternating NNLS is monotone (with it, restarts are allowed)
+    model = mg.NMF(5, max_iter=8, random_state=0, extrapolation=False)
     W = model.fit_transform(Yd)
     f = model.history_[:, 1]
-    assert np.all(np.diff(f) <= 1e-9 * f[0])  # alternating exact-ish NNLS: monotone
+    assert model.info_["extrapolation"] is False
+    assert np.all(np.diff(f) <= 1e-9 * f[0])
     assert f[-1] < 0.6 * f[0]
     assert model.reconstruction_err_ == pytest.approx(
         np.linalg.norm(Y - W.compute() @ model.components_.compute()), rel=1e-9
     )
+    with pytest.raises(ValueError, match="init='nndsvd' needs an SVD of all of Y"):
+        mg.NMF(5, init="nndsvd").fit(Yd)
     with pytest.raises(ValueError, match="solver='pg' is not available for a dask Y"):
         mg.NMF(5, solver="pg").fit(Yd)
     with pytest.raises(ValueError, match="Negative values in data passed to NMF"):

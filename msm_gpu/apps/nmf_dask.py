@@ -25,10 +25,15 @@ so the second pass adds at most that much.  ``"bpp"`` and ``"cgd"`` are column b
 already (one pass; ``inner_iterations`` is then the largest count over blocks).  ``"pg"``
 (one step size for all columns) and ``"apg"`` are refused.
 
+Extrapolation between outer iterations (Ang & Gillis, on by default for "msm" and
+"hals") and the choice of the best pair are those of the in-memory loop; the
+extrapolated factors are blockwise ``max(new + beta (new - old), 0)``.
+
 Start: ``init="custom"`` with W and H (NumPy, CuPy or dask) reproduces an in-memory fit
-from the same start.  ``init="random"`` draws the factors chunk by chunk with
-``dask.array.random`` from the seed (same scale as in memory, not the same numbers: the
-in-memory draw would need all of H in one process).
+from the same start.  ``init="random"`` (and ``init=None``, the default) draws the
+factors chunk by chunk with ``dask.array.random`` from the seed (same scale as in memory,
+not the same numbers: the in-memory draw would need all of H in one process); the
+``"nndsvd*"`` inits need an SVD of all of Y and are refused.
 """
 
 from __future__ import annotations
@@ -39,10 +44,12 @@ import warnings
 
 import numpy as np
 
-from ..arrays import is_cupy, to_host
+from ..arrays import is_cupy, namespace, to_host
 from ..backends import get_backend
 from . import nmf_solvers as ns
-from .nmf import _check_data, _check_params, _Data, _dtype_of, _is_sparse, _rng
+from .nmf import _check_data, _check_params, _Data, _dtype_of, _is_sparse, _use_extrapolation
+from .nmf_extrapolation import Extrapolation
+from .nmf_init import _random_source
 
 #: Solvers whose half-step can run block by block with the in-memory result.
 DASK_SOLVERS = ("msm", "hals", "bpp", "cgd")
@@ -84,7 +91,16 @@ def fit_transform(model, Y, W=None, H=None):
     else:
         if W is not None or H is not None:
             raise ValueError("W and H are used only with init='custom'")
-        seed = int(_rng(p["random_state"]).integers(0, 2**63 - 1))
+        if p["init"] not in (None, "random"):
+            raise ValueError(
+                f"init={p['init']!r} needs an SVD of all of Y; for a dask Y use "
+                "init='random' (the default there) or init='custom' with W and H"
+            )
+        source = _random_source(p["random_state"])
+        if isinstance(source, np.random.Generator):
+            seed = int(source.integers(0, 2**63 - 1))
+        else:
+            seed = int(source.randint(0, 2**31 - 1))
         rng = da.random.default_rng(seed)
         avg = math.sqrt(max(total / (m * d), 0.0) / k)
         h = avg * abs(rng.standard_normal((k, d), chunks=((k,), ctx.cols)))
@@ -164,8 +180,7 @@ def _run(ctx, wt, h, p, norm2, nnz):
     m, d = ctx.shape
     k = ctx.k
     if p["inner_iter"] == "auto":
-        inner_h = ns.auto_inner_iter(m, d, k, nnz)
-        inner_w = ns.auto_inner_iter(d, m, k, nnz)
+        inner_h = inner_w = ns.balanced_inner_iter(m, d, k, nnz)
     else:
         inner_h = inner_w = int(p["inner_iter"])
     opts = {"inner_tol": p["inner_tol"], "omega": p["omega"], "theta": p["theta"]}
@@ -185,20 +200,36 @@ def _run(ctx, wt, h, p, norm2, nnz):
 
         bar = tqdm(total=max_iter, desc=f"NMF ({solver}, k={k}, dask)", unit="it")
     n_iter = 0
+    # extrapolation and the best pair exactly as in memory (nmf._run)
+    ex = Extrapolation() if _use_extrapolation(p) else None
+    h_prev, w_prev = h, wt
+    best = (f, wt, h)
     try:
         while n_iter < max_iter:
-            h, n_h = ctx.half_step(solver, ctx.gram(wt), ctx.wt_y(wt), h, inner_h, **opts)
-            g_h = ctx.gram(h)
-            p_w = ctx.h_yt(h)
-            wt, n_w = ctx.half_step(solver, g_h, p_w, wt, inner_w, **opts)
+            h_new, n_h = ctx.half_step(solver, ctx.gram(wt), ctx.wt_y(wt), h, inner_h, **opts)
+            h_hat = _extrapolated(ex, h_new, h_prev)
+            g_h = ctx.gram(h_hat)
+            p_w = ctx.h_yt(h_hat)
+            w_new, n_w = ctx.half_step(solver, g_h, p_w, wt, inner_w, **opts)
             n_iter += 1
-            f_prev, f = f, ctx.objective(norm2, wt, g_h, p_w)
+            f_prev, f = f, ctx.objective(norm2, w_new, g_h, p_w)
+            restarted = False
+            if ex is None:
+                wt, h = w_new, h_new
+            elif ex.update(f, f_prev):
+                wt, h = _extrapolated(ex, w_new, w_prev), h_hat
+            else:  # restart from the plain iterates
+                wt, h = w_new, h_new
+                restarted = True
+            h_prev, w_prev = h_new, w_new
+            if f < best[0]:
+                best = (f, w_new, h_hat)
             history.append((time.perf_counter() - start, f))
             inner_counts.append((n_h, n_w))
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(objective=f"{f:.6g}")
-            if tol > 0 and f_prev - f <= tol * f_prev:
+            if tol > 0 and not restarted and f_prev - f <= tol * f_prev:
                 message = f"converged: relative decrease of the objective <= tol = {tol:g}"
                 converged = True
                 break
@@ -208,6 +239,7 @@ def _run(ctx, wt, h, p, norm2, nnz):
     finally:
         if bar is not None:
             bar.close()
+    f_best, wt, h = best
     info = {
         "n_iter": n_iter,
         "history": np.asarray(history, dtype=np.float64).reshape(-1, 2),
@@ -218,9 +250,21 @@ def _run(ctx, wt, h, p, norm2, nnz):
         "time": time.perf_counter() - start,
         "solver": solver,
         "backend": "cuda" if ctx.on_gpu else "cpu",
+        "objective": f_best,
+        "extrapolation": ex is not None,
+        "restarts": 0 if ex is None else ex.restarts,
         "n_blocks": (len(ctx.rows), len(ctx.cols)),
     }
     return wt, h, info
+
+
+def _extrapolated(ex, new, old):
+    """``max(new + beta (new - old), 0)`` blockwise (Extrapolation.point), persisted."""
+    if ex is None:
+        return new
+    import dask.array as da
+
+    return da.maximum(new + ex.beta * (new - old), 0).persist()
 
 
 class _Context:
@@ -509,7 +553,7 @@ def _h_yt_block(h, y, *, backend):
 
 
 def _objective_block(wt, p_w, *, g_h):
-    xp = ns._namespace(wt)
+    xp = namespace(wt)
     g = xp.asarray(g_h) if not is_cupy(wt) else _cupy_asarray(g_h)
     a = float(xp.sum(wt * p_w))
     b = float(xp.sum(wt * (g @ wt)))
