@@ -46,6 +46,7 @@ from .arrays import namespace, to_host
 from .facesolve import solve_passive, solve_passive_batched, solve_passive_cg
 from .loop import LoopOutcome
 from .penalties import CODE_BOX, CODE_L1
+from .scaling import equilibration, row_scaled_penalty
 
 #: Accepted values of ``finish``.
 FINISH_MODES = ("auto", "exact")
@@ -193,8 +194,13 @@ def kkt_residual(a, r, x, penalty):
         rho_j = A_jj (x_j - prox_{h / A_jj}(x_j - g_j / A_jj)),       g = A x + r,
 
     zero for every j exactly when x satisfies the KKT conditions (convex h; a coordinate-wise
-    minimum for L0/Lp).  The residual of a column is ||rho||_2 / (||A x||_2 + ||r||_2),
-    unchanged when A, r and h are scaled together or x, r and the bounds are.
+    minimum for L0/Lp).  Measured after the Jacobi equilibration y = x sqrt(A_jj) (which
+    divides rho_j, (A x)_j and r_j by sqrt(A_jj)), the residual of a column is
+
+        || rho / sqrt(diag A) ||_2 / ( || A x / sqrt(diag A) ||_2 + || r / sqrt(diag A) ||_2 ),
+
+    unchanged when A, r and h are scaled together, when x, r and the bounds are, and when
+    the variables are rescaled one by one (the columns of C in least squares).
     """
     xp = namespace(a, r, x)
     a = xp.astype(a, xp.float64, copy=False)
@@ -204,10 +210,11 @@ def kkt_residual(a, r, x, penalty):
     g = ax + r
     d = xp.diagonal(a)
     floor = 1e-300 + np.finfo(np.float64).eps * float(xp.max(xp.abs(d)))
-    b = xp.maximum(d, floor * xp.ones_like(d))[:, None]
+    b = xp.where(d > 0, d, floor * xp.ones_like(d))[:, None]  # floor: zero columns of C
+    w = 1.0 / xp.sqrt(b)
     move = x - penalty.prox(g - b * x, b)
-    num = xp.linalg.vector_norm(b * move, axis=0)
-    den = xp.linalg.vector_norm(ax, axis=0) + xp.linalg.vector_norm(r, axis=0)
+    num = xp.linalg.vector_norm(w * b * move, axis=0)
+    den = xp.linalg.vector_norm(w * ax, axis=0) + xp.linalg.vector_norm(w * r, axis=0)
     rel = xp.where(den > 0, num / xp.where(den > 0, den, xp.ones_like(den)), num)
     return np.asarray(to_host(rel), dtype=np.float64)
 
@@ -459,45 +466,54 @@ def finish_columns(
     a64 = xp.astype(a, xp.float64, copy=False)
     r64 = xp.astype(r, xp.float64, copy=False)
     x_in = xp.astype(x, xp.float64, copy=False)
-    solver = FaceSolver(xp, a64, method)
     n, c = r.shape
+    # The faces are solved in the Jacobi-equilibrated variables y = x / s (s: powers of
+    # two, exact): columns of C on very different scales make A_FF numerically singular
+    # and the KKT tests meaningless otherwise (scaling.equilibration).
+    s_host = equilibration(to_host(xp.diagonal(a64)))
+    s = xp.asarray(s_host)[:, None]
+    a_s = a64 * s * xp.reshape(s, (1, n))
+    r_s = r64 * s
     if penalty.is_convex:
-        faces = Faces(xp, penalty, n)
         locked = None
+        pen_s = row_scaled_penalty(penalty, s_host)
     else:
         from .penalties import Box
 
-        faces = Faces(xp, Box(penalty.lb, penalty.ub), n)
         locked = x_in == 0
-    x_start = faces.project(x_in)  # x0 may lie outside the bounds
-    q = faces.states(x_start)
+        pen_s = row_scaled_penalty(Box(penalty.lb, penalty.ub), s_host)
+    faces = Faces(xp, pen_s, n)
+    solver = FaceSolver(xp, a_s, method)
+    y_start = faces.project(x_in / s)  # x0 may lie outside the bounds
+    q = faces.states(y_start)
     if method == "cg":
         # CG: identify the face with loose solves first, then solve it tightly
         solver.rtol = CG_LOOSE
-        xf, q, ok, rounds = pivot(a64, r64, q, faces, solver, locked=locked, x_warm=x_start)
+        yf, q, ok, rounds = pivot(a_s, r_s, q, faces, solver, locked=locked, x_warm=y_start)
         solver.rtol = CG_TIGHT
-        xf, q, ok, more = pivot(a64, r64, q, faces, solver, locked=locked, x_warm=xf)
+        yf, q, ok, more = pivot(a_s, r_s, q, faces, solver, locked=locked, x_warm=yf)
         rounds += more
     else:
-        xf, q, ok, rounds = pivot(a64, r64, q, faces, solver, locked=locked)
+        yf, q, ok, rounds = pivot(a_s, r_s, q, faces, solver, locked=locked)
     active_iters = 0
     if not bool(xp.all(ok)):
         # the columns the pivoting did not finish: monotone active set from the better
         # (in F) of the MSM iterate and the pivoting's last point
         cols = xp.nonzero(~ok)[0]
-        x_in_c = x_start[:, cols]
+        y_in_c = y_start[:, cols]
         if locked is not None:
-            x_in_c = xp.where(locked[:, cols], 0.0, x_in_c)
+            y_in_c = xp.where(locked[:, cols], 0.0, y_in_c)
         start = xp.where(
-            _no_increase(xp, a64, r64[:, cols], x_in_c, xf[:, cols], penalty)[None, :],
-            xf[:, cols],
-            x_in_c,
+            _no_increase(xp, a_s, r_s[:, cols], y_in_c, yf[:, cols], pen_s)[None, :],
+            yf[:, cols],
+            y_in_c,
         )
         lc = None if locked is None else locked[:, cols]
-        xa, _, active_iters = active_set(
-            a64, r64[:, cols], start, faces.states(start), faces, solver, locked=lc
+        ya, _, active_iters = active_set(
+            a_s, r_s[:, cols], start, faces.states(start), faces, solver, locked=lc
         )
-        xf[:, cols] = xa
+        yf[:, cols] = ya
+    xf = yf * s
     if not penalty.is_convex:
         keep = _no_increase(xp, a64, r64, x_in, xf, penalty)
         keep = keep & _fixed_points(xp, xf, xp.arange(c), sweep, x.dtype, tol)
@@ -516,10 +532,10 @@ def finish_columns(
         xs = x_out[:, todo]
         if sweep is not None:
             xs = xp.astype(sweep(xp.astype(xs, x.dtype), todo, fallback_sweeps), xp.float64)
-        rs = r64[:, todo]
-        xs = projected_face_step(a64, rs, xs, penalty, faces, solver)
+        ys = projected_face_step(a_s, r_s[:, todo], xs / s, pen_s, faces, solver)
+        xs = ys * s
         x_out[:, todo] = xs
-        todo = todo[xp.asarray(kkt_residual(a64, rs, xs, penalty) > tol)]
+        todo = todo[xp.asarray(kkt_residual(a64, r64[:, todo], xs, penalty) > tol)]
     keep = _no_increase(xp, a64, r64, x_in, x_out, penalty)
     x_out = xp.where(keep[None, :], x_out, x_in)
     return x_out, _info(xp, solver, rounds, active_iters, fallback, keep)

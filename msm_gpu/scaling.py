@@ -139,3 +139,42 @@ def scaled_penalty(penalty, x_exp: int, f_exp: int):
         else:
             setattr(out, name, float(new))
     return out
+
+
+def equilibration(diag_a) -> np.ndarray:
+    """Powers of two ``s_j ~ 1 / sqrt(A_jj)`` (1 where A_jj <= 0 or is not finite).
+
+    ``S A S`` (S = diag(s)) has a diagonal in [0.5, 2): the Jacobi equilibration, done in
+    powers of two so that it is exact.  Columns of C on wildly different scales (SciPy's
+    gh-20302 NNLS case: cond(C'C) = 1e27, cond(S C'C S) = 65) then stop ruining the face
+    solves and the KKT tests of the finish.
+    """
+    d = np.asarray(diag_a, dtype=np.float64).reshape(-1)
+    ok = np.isfinite(d) & (d > 0)
+    e = np.zeros(d.shape, dtype=np.int64)
+    # A_jj = m 2^k, m in [0.5, 1): s_j = 2^-floor(k / 2) puts s_j^2 A_jj in [0.5, 2)
+    e[ok] = -np.floor_divide(np.frexp(d[ok])[1], 2)
+    return np.ldexp(1.0, e)
+
+
+def row_scaled_penalty(penalty, s):
+    """The penalty of y = x / s per row, h'_j(t) = h_j(s_j t), for a convex Box/L1 penalty.
+
+    Bounds become ``lb / s, ub / s`` and an l1 weight ``lam s`` (per row).  ``s`` holds
+    positive powers of two, so the change is exact.
+    """
+    s = np.asarray(s, dtype=np.float64)
+    if penalty.code not in (CODE_BOX, CODE_L1):
+        raise ValueError(f"row_scaled_penalty needs a convex Box/L1 penalty, got {penalty!r}")
+    if np.all(s == 1.0):
+        return penalty
+    out = copy.copy(penalty)
+    if penalty.code == CODE_L1:
+        lam = np.asarray(penalty.lam, dtype=np.float64) * s
+        lam.setflags(write=False)
+        out.lam = lam
+    for name in ("lb", "ub"):
+        bound = np.asarray(getattr(penalty, name), dtype=np.float64) / s
+        bound.setflags(write=False)
+        setattr(out, name, bound)
+    return out

@@ -168,7 +168,10 @@ def test_kkt_residual_nnls_closed_form(rng):
     x = np.maximum(rng.normal(size=(10, 5)), 0.0)
     g = a @ x + r
     rho = np.minimum(g, np.diag(a)[:, None] * x)
-    want = np.linalg.norm(rho, axis=0) / (np.linalg.norm(a @ x, axis=0) + np.linalg.norm(r, axis=0))
+    w = 1.0 / np.sqrt(np.diag(a))[:, None]  # measured in the equilibrated variables
+    want = np.linalg.norm(w * rho, axis=0) / (
+        np.linalg.norm(w * (a @ x), axis=0) + np.linalg.norm(w * r, axis=0)
+    )
     np.testing.assert_allclose(finish.kkt_residual(a, r, x, mg.NonNeg()), want, rtol=1e-12)
 
 
@@ -181,8 +184,9 @@ def test_kkt_residual_l1_closed_form(rng):
     b = np.diag(a)[:, None]
     z = x - g / b
     soft = np.sign(z) * np.maximum(np.abs(z) - lam / b, 0.0)
-    want = np.linalg.norm(b * (x - soft), axis=0) / (
-        np.linalg.norm(a @ x, axis=0) + np.linalg.norm(r, axis=0)
+    w = 1.0 / np.sqrt(b)
+    want = np.linalg.norm(w * b * (x - soft), axis=0) / (
+        np.linalg.norm(w * (a @ x), axis=0) + np.linalg.norm(w * r, axis=0)
     )
     np.testing.assert_allclose(finish.kkt_residual(a, r, x, mg.L1(lam)), want, rtol=1e-12)
 
@@ -206,6 +210,30 @@ def test_kkt_residual_is_scale_invariant(rng):
     base = finish.kkt_residual(a, r, x, mg.NonNeg())
     np.testing.assert_allclose(finish.kkt_residual(7.0 * a, 7.0 * r, x, mg.NonNeg()), base)
     np.testing.assert_allclose(finish.kkt_residual(a, 0.01 * r, 0.01 * x, mg.NonNeg()), base)
+    # variables rescaled one by one (columns of C): x -> x / s, A -> S A S, r -> S r
+    sc = np.exp(rng.uniform(-20, 20, size=8))
+    scaled = finish.kkt_residual(
+        a * np.outer(sc, sc), r * sc[:, None], x / sc[:, None], mg.NonNeg()
+    )
+    np.testing.assert_allclose(scaled, base, rtol=1e-10)
+
+
+def test_badly_scaled_columns_are_exact(rng):
+    # columns of C on scales 1e-6 .. 1e6: the finish equilibrates, F and x match scipy
+    c = np.abs(rng.normal(size=(60, 12))) * np.logspace(-6, 6, 12)
+    d = np.abs(rng.normal(size=(60, 4)))
+    res = mg.nnls(c, d)
+    ref = np.column_stack([scipy.optimize.nnls(c, d[:, k])[0] for k in range(4)])
+    f = 0.5 * np.sum((c @ res.x - d) ** 2, axis=0)
+    f_ref = 0.5 * np.sum((c @ ref - d) ** 2, axis=0)
+    assert np.all(f - f_ref <= 1e-10 * f_ref)
+    np.testing.assert_allclose(
+        res.x * np.logspace(-6, 6, 12)[:, None],
+        ref * np.logspace(-6, 6, 12)[:, None],
+        rtol=1e-6,
+        atol=1e-8,
+    )
+    assert res.converged
 
 
 # -- nonconvex polish -----------------------------------------------------------------------
