@@ -163,8 +163,13 @@ def _group_keys(passive):
         keys = weights @ passive.astype(mod.int64)
         _, first, inverse = mod.unique(keys, return_index=True, return_inverse=True)
         return mod.reshape(inverse, (-1,)), first
-    packed = to_host(mod.packbits(passive, axis=0))
-    _, first, inverse = np.unique(packed, axis=1, return_index=True, return_inverse=True)
+    # 62 rows per int64 key (cupy.packbits has no axis): (ceil(k/62), c) keys to the host.
+    chunks = -(-k // 62)
+    padded = mod.zeros((chunks * 62, passive.shape[1]), dtype=mod.int64)
+    padded[:k] = passive
+    weights = mod.asarray(1 << np.arange(62, dtype=np.int64))
+    keys = to_host(mod.sum(mod.reshape(padded, (chunks, 62, -1)) * weights[:, None], axis=1))
+    _, first, inverse = np.unique(keys, axis=1, return_index=True, return_inverse=True)
     return mod.asarray(np.reshape(inverse, (-1,))), mod.asarray(first)
 
 
