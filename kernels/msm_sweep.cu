@@ -38,7 +38,11 @@
 // and msm_gpu/backends/cuda_model.py.
 #include "prox.cuh"
 
-#define MSM_ROW_BLOCK 4
+// MSM_ROW_BLOCK (rows solved together in registers) comes from the prelude that
+// msm_gpu.backends.cuda.penalty_prelude writes from cuda_geometry.ROW_BLOCK.
+#ifndef MSM_ROW_BLOCK
+#error "MSM_ROW_BLOCK must be defined by the prelude (cuda_geometry.ROW_BLOCK)"
+#endif
 #define MSM_ROWTAB 8
 #define MSM_MAX_THREADS 256
 #define MSM_ERR_CODE 1
@@ -51,15 +55,18 @@
 
 __device__ __forceinline__ int msm_round_up(int v, int k) { return (v + k - 1) / k * k; }
 
-// a[q] = p[q], q < MSM_ROW_BLOCK; p is aligned to MSM_ROW_BLOCK elements (one vector load).
+// a[q] = p[q], q < MSM_ROW_BLOCK; p is aligned to MSM_ROW_BLOCK elements (vector loads).
 __device__ __forceinline__ void msm_load_block(const float* p, float (&a)[MSM_ROW_BLOCK])
 {
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
-    const float4 v = *reinterpret_cast<const float4*>(p);
-    a[0] = v.x;
-    a[1] = v.y;
-    a[2] = v.z;
-    a[3] = v.w;
+#pragma unroll
+    for (int k = 0; k < MSM_ROW_BLOCK; k += 4) {
+        const float4 v = *reinterpret_cast<const float4*>(p + k);
+        a[k] = v.x;
+        a[k + 1] = v.y;
+        a[k + 2] = v.z;
+        a[k + 3] = v.w;
+    }
 #else
     for (int q = 0; q < MSM_ROW_BLOCK; ++q) a[q] = p[q];
 #endif
@@ -68,12 +75,12 @@ __device__ __forceinline__ void msm_load_block(const float* p, float (&a)[MSM_RO
 __device__ __forceinline__ void msm_load_block(const double* p, double (&a)[MSM_ROW_BLOCK])
 {
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
-    const double2 u = *reinterpret_cast<const double2*>(p);
-    const double2 v = *reinterpret_cast<const double2*>(p + 2);
-    a[0] = u.x;
-    a[1] = u.y;
-    a[2] = v.x;
-    a[3] = v.y;
+#pragma unroll
+    for (int k = 0; k < MSM_ROW_BLOCK; k += 2) {
+        const double2 u = *reinterpret_cast<const double2*>(p + k);
+        a[k] = u.x;
+        a[k + 1] = u.y;
+    }
 #else
     for (int q = 0; q < MSM_ROW_BLOCK; ++q) a[q] = p[q];
 #endif

@@ -157,10 +157,11 @@ class EmulatedKernels:
 
     def __call__(self, geometry, args):
         from msm_gpu.backends.cuda import FusedArgs
+        from msm_gpu.backends.cuda_geometry import ROW_BLOCK
 
         dtype = np.float64 if geometry.kernel.endswith("f64") else np.float32
         n, ld, k = args.n, args.ld, args.ncols
-        np_ = -(-n // 4) * 4
+        np_ = -(-n // ROW_BLOCK) * ROW_BLOCK  # the kernels' padded row count
         common = [
             _pointer("y", args.y, dtype, n, ld, ld),
             _pointer("r", args.r, dtype, n, ld, ld),
