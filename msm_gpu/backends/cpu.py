@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..arrays import is_cupy
 from . import cpu_kernels as _kernels
 from .base import N_STATS, Backend, SweepState, check_penalty_code, fold_matrix
 from .threads import run_ranges, serial_numba_blas, sweep_threads, thread_cap
@@ -195,7 +196,7 @@ class CpuBackend(Backend):
         return arr
 
     def to_user(self, x, like):
-        if hasattr(like, "__cuda_array_interface__"):
+        if is_cupy(like):  # CuPy arrays and cupyx sparse matrices
             import cupy
 
             return cupy.asarray(x)
