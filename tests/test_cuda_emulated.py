@@ -130,12 +130,14 @@ def test_grid_matches_numba(emu, n, r, penalty, dtype):
 
 
 def test_grid_covers_every_penalty_and_layout():
-    # the rotation above reaches every penalty, and the rule picks every layout
+    # the rotation above reaches every penalty, and the grid runs both kinds of kernel the
+    # rule picks (the resident layout, which the measured model no longer picks on this
+    # grid, is checked for every penalty by test_every_penalty_matches_numba)
     assert {p for _, _, p, _ in GRID} == set(PENALTIES)
     from msm_gpu.backends.cuda_model import choose_layout
 
     picked = {choose_layout(n, r, np.dtype(d).itemsize, 0, 64).layout for n, r, _, d in GRID}
-    assert picked == {"fused", "resident", "panel"}
+    assert {"fused", "panel"} <= picked <= {"fused", "resident", "panel"}
 
 
 FORCED = [

@@ -9,7 +9,8 @@ For a shape (n rows, ncols active columns, itemsize) the model counts, per itera
 * kernel launches,
 
 and predicts ``max(HBM bytes / bandwidth, L2 bytes / L2 bandwidth, FMAs / FMA rate,
-instructions / issue rate) + launches * launch latency`` for each feasible layout:
+instructions / issue rate, latency chain) + launches * launch latency`` for each feasible
+layout:
 
 ``fused``     one kernel, the tile resident in shared memory, A staged in shared memory;
 ``resident``  the same kernel with A read through L1/L2 (when A does not fit in shared);
@@ -21,6 +22,19 @@ the layout with the smallest predicted time; the CUDA backend calls it, and
 ``benchmarks/gpu_model.py`` prints the tables.  The instruction counts are estimates read
 off the kernel source (per inner step: one shared load of z_i, one or two vector loads of
 A, ROW_BLOCK FMAs, half an instruction of loop overhead), not measurements.
+
+The latency chain (measured, not read off the source).  One thread sweeps one column, so a
+warp's inner steps form a dependent chain: the first model (bandwidth and issue bounds
+only) predicted 0.40 ms for the resident layout at n = 256, r = 5e4 (float64) where an
+H100 took 15.6 ms, and the rule picked it over the panel layout (0.72 ms).
+``benchmarks/bench_gpu_layouts.py`` timed every layout, tile width and panel size on
+shapes n = 8 .. 1000 (H100, 2026-11-24, ROW_BLOCK = 4); with resident blocks per SM
+counted from shared memory, registers and warp slots (:func:`blocks_per_sm`), the
+fused and resident sweeps at n >= 64 fit ``waves x steps x c`` with c = 83-110 cycles per
+step when A sits in shared memory and 130-250 when it is read through L1/L2 (the
+``Device.step_cycles_*`` parameters).  With that term the rule's pick was within 1.11x of
+the fastest measured configuration on average over the 16 shape/dtype pairs (at worst
+1.44x), against up to 98x before.  (ROW_BLOCK = 8, tried, was 10-25% slower.)
 """
 
 from __future__ import annotations
@@ -57,6 +71,14 @@ class Device:
     l1_bytes: int = 128 * 1024  # what is left of L1 next to the shared memory we use
     launch_s: float = 4e-6
     latency_s: float = 700e-9  # DRAM latency under load (Little's law)
+    registers_per_sm: int = 65536
+    max_warps_per_sm: int = 64
+    #: Cycles one warp spends on one inner step of the outer-term loop (a load of z_i/x_i,
+    #: a vector load of A[i, J], ROW_BLOCK FMAs: a dependent chain), by where A is read
+    #: from and the itemsize.  Fitted to the sweeps measured on an H100 by
+    #: ``benchmarks/bench_gpu_layouts.py`` (see the module docstring).
+    step_cycles_smem: float = 90.0
+    step_cycles_global: tuple = (140.0, 230.0)  # float32, float64
 
     @property
     def issue_per_s(self) -> float:
@@ -69,6 +91,33 @@ DEVICES = {"H100": H100, "H200": H200}
 
 #: Warp-instructions of one prox + statistics + row loads/stores, per row and column.
 ROW_COST = {CODE_BOX: 30, CODE_L1: 36, CODE_L0: 40, CODE_LP: 140}
+
+#: Registers per thread of the kernels (ptxas, sm_90, nvcc 13.0, the most over the
+#: penalty codes): (layout kind, itemsize) -> registers.
+REGISTERS = {("fused", 8): 76, ("fused", 4): 48, ("panel", 8): 72, ("panel", 4): 48}
+
+
+def blocks_per_sm(dev, smem_per_block, tw, registers):
+    """Blocks of tw threads resident on one SM (shared memory, registers, warp slots)."""
+    by_smem = dev.smem_per_sm // max(int(smem_per_block), 1)
+    by_regs = dev.registers_per_sm // max(int(registers) * tw, 1)
+    by_warps = dev.max_warps_per_sm // max(tw // 32, 1)
+    return max(1, min(by_smem, by_regs, by_warps, 32))
+
+
+def _prox_steps(code):
+    """A row's prox and statistics in inner-step units (about 3 instructions a step)."""
+    return ROW_COST.get(code, ROW_COST[CODE_LP]) / 3.0
+
+
+def latency_seconds(dev, ncols, tw, smem_per_block, registers, steps, step_cycles):
+    """Time of a latency-bound sweep: waves of resident warps, each a chain of ``steps``
+    inner steps of ``step_cycles`` cycles (one thread per column, no overlap inside a warp).
+    """
+    warps = -(-int(ncols) // tw) * (tw // 32)
+    per_wave = dev.sms * blocks_per_sm(dev, smem_per_block, tw, registers) * (tw // 32)
+    waves = -(-warps // per_wave)
+    return waves * steps * step_cycles / dev.clock_hz
 
 
 @dataclass(frozen=True)
@@ -87,7 +136,9 @@ class Cost:
     panel: int = 0
 
 
-def _time(dev, itemsize, hbm, l2, fmas, instr, launches, *, bw_scale=1.0, tensor=False):
+def _time(
+    dev, itemsize, hbm, l2, fmas, instr, launches, *, bw_scale=1.0, tensor=False, latency=0.0
+):
     flops = dev.fp32_flops if itemsize == 4 else dev.fp64_flops
     if tensor and itemsize == 8:
         flops = dev.fp64_tensor_flops
@@ -97,6 +148,7 @@ def _time(dev, itemsize, hbm, l2, fmas, instr, launches, *, bw_scale=1.0, tensor
             l2 / dev.l2_bytes_per_s,
             fmas / (flops / 2),
             instr / dev.issue_per_s,
+            latency,
         )
         + launches * dev.launch_s
     )
@@ -143,7 +195,20 @@ def fused_cost(n, ncols, itemsize, code, tw, a_in_smem, dev=H100) -> Cost:
     else:
         l2 = blocks * (tw // 32) * a_bytes  # every warp streams A from L2
     fmas = float(np_) * np_ * ncols
-    t = _time(dev, itemsize, hbm, l2, fmas, instr, 1, bw_scale=_bw_scale(dev, smem, tw, min(n, 8)))
+    steps = (np_ // ROW_BLOCK) * (np_ - ROW_BLOCK) + n * _prox_steps(code)
+    cycles = dev.step_cycles_smem if a_in_smem else dev.step_cycles_global[itemsize == 8]
+    latency = latency_seconds(dev, ncols, tw, smem, REGISTERS["fused", itemsize], steps, cycles)
+    t = _time(
+        dev,
+        itemsize,
+        hbm,
+        l2,
+        fmas,
+        instr,
+        1,
+        bw_scale=_bw_scale(dev, smem, tw, min(n, 8)),
+        latency=latency,
+    )
     layout = "fused" if a_in_smem else "resident"
     return Cost(layout, hbm, l2, fmas, instr, 1, t, tw=tw, a_in_smem=a_in_smem)
 
@@ -166,8 +231,20 @@ def panel_cost(n, ncols, itemsize, code, tw, panel, dev=H100) -> Cost:
         k_instr = blocks * (tw // 32) * per_thread
         k_fma = float(mp) * mp / 2 * ncols
         smem = panel_shared_bytes(m, tw, itemsize)
+        steps = (mp // ROW_BLOCK) * (mp - ROW_BLOCK) / 2 + m * _prox_steps(code)
+        latency = latency_seconds(
+            dev, ncols, tw, smem, REGISTERS["panel", itemsize], steps, dev.step_cycles_smem
+        )
         seconds += _time(
-            dev, itemsize, k_hbm, 0.0, k_fma, k_instr, 1, bw_scale=_bw_scale(dev, smem, tw, 3)
+            dev,
+            itemsize,
+            k_hbm,
+            0.0,
+            k_fma,
+            k_instr,
+            1,
+            bw_scale=_bw_scale(dev, smem, tw, 3),
+            latency=latency,
         )
         total = replace(
             total,
