@@ -183,26 +183,31 @@ def run_iterations(
         message = f"reached max_iter = {max_iter}"
         diverged = False
         n_iter = 0
+        # The per-column tests run where the iterate lives; only two flags reach the host
+        # each iteration (and the done mask when some column is done): on a GPU a copy of
+        # r step norms per iteration costs more than the sweep for short columns.
+        floor_active = None
         while n_iter < max_iter:
             report = method.step(record_objective)
             n_iter += 1
-            n_iter_cols[method.active] += 1
             if record_objective:
                 history.append(method.objective())
-            step, xnorm = to_host(report.step), to_host(report.xnorm)
             if bar is not None:
                 _advance(bar, history, record_objective, user_fun, len(method.active))
+            mod = module_of(report.step)
+            finite = mod.isfinite(report.step) & mod.isfinite(report.xnorm)
+            if tol > 0:
+                if floor_active is None:
+                    floor_active = mod.asarray(floor[method.active])
+                done_dev = report.step <= tol * mod.maximum(report.xnorm, floor_active)
+                any_bad, any_done = to_host(mod.stack([~finite.all(), done_dev.any()]))
+            else:
+                any_bad, any_done = bool(to_host(~finite.all())), False
 
-            finite = np.isfinite(step) & np.isfinite(xnorm)
-            if not finite.all() or (record_objective and not np.isfinite(history[-1])):
+            if any_bad or (record_objective and not np.isfinite(history[-1])):
                 diverged = True
                 message = DIVERGED_MESSAGE.format(k=n_iter)
                 break
-
-            if tol > 0:
-                done = step <= tol * np.maximum(xnorm, floor[method.active])
-            else:
-                done = np.zeros(len(method.active), dtype=bool)
 
             if callback is not None:
                 info = IterationInfo(
@@ -215,9 +220,12 @@ def run_iterations(
                     message = "stopped by callback"
                     break
 
-            if done.any():
+            if any_done:
+                done = np.asarray(to_host(done_dev), dtype=bool)
                 converged[method.active[done]] = True
+                n_iter_cols[method.active[done]] = n_iter
                 method.retire(done)
+                floor_active = None
                 if len(method.active) == 0:
                     message = f"converged: every column met tol = {tol:g}"
                     break
@@ -227,6 +235,9 @@ def run_iterations(
             if phase_done is not None and phase_done(method, n_iter):
                 message = PHASE_DONE_MESSAGE
                 break
+        # the columns still stepped when the loop ended did every iteration (a column's
+        # count is set when it retires)
+        n_iter_cols[method.active] = n_iter
 
         x = method.final_x()
         loop_end = time.perf_counter()
