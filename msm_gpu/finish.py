@@ -51,8 +51,13 @@ from .scaling import equilibration, row_scaled_penalty
 #: Accepted values of ``finish``.
 FINISH_MODES = ("auto", "exact")
 
-#: Largest n for which "auto" factorises every face (above it: conjugate gradients).
+#: Largest n for which "auto" factorises every face (above it: conjugate gradients), on
+#: the host and on a GPU.  On a GPU the batched factorisations of many distinct faces
+#: (cuSOLVER's batched small-matrix routines) lose to CG's GEMMs earlier: measured on an
+#: H100 (benchmarks/bench_gpu_nnls.py, float64, warm) n = 100: direct 0.064 s, CG 0.13 s;
+#: n = 256 (5000 distinct faces): direct 0.75 s, CG 0.23 s; n = 1000: CG.
 DIRECT_MAX_N = 400
+DIRECT_MAX_N_DEVICE = 128
 
 #: Warm-up: MSM runs in chunks of WARMUP_CHUNK sweeps, at most WARMUP_MAX sweeps, and stops
 #: once fewer than WARMUP_SETTLED of the entries changed face during the last chunk.  Before
@@ -587,9 +592,11 @@ def check_finish(finish):
     raise ValueError(f"finish must be 'auto', 'exact' or None, got {finish!r}")
 
 
-def face_method(finish, n):
-    """How faces are solved: "cg" for large n under "auto", factorisations otherwise."""
-    if finish == "auto" and n > DIRECT_MAX_N:
+def face_method(finish, n, on_host=True):
+    """How faces are solved: "cg" for large n under "auto" (n > :data:`DIRECT_MAX_N` on the
+    host, > :data:`DIRECT_MAX_N_DEVICE` on a GPU), factorisations otherwise."""
+    limit = DIRECT_MAX_N if on_host else DIRECT_MAX_N_DEVICE
+    if finish == "auto" and n > limit:
         return "cg"
     return "direct"
 
@@ -669,7 +676,7 @@ def run_msm_finished(
     x = out.x
     stopped = out.diverged or out.message.startswith(("stopped", "reached time_limit"))
     started = time.perf_counter()
-    method = face_method(finish, n)
+    method = face_method(finish, n, backend.on_host)
     info = dict(out.info)
     info.update({"finish": finish, "finish_method": method})
     if not stopped:

@@ -384,7 +384,35 @@ def test_large_n_uses_cg_and_is_exact(rng):
     np.testing.assert_allclose(res.x, ref, rtol=0, atol=1e-8)
 
 
+def test_face_method_per_backend():
+    lim_host, lim_dev = finish.DIRECT_MAX_N, finish.DIRECT_MAX_N_DEVICE
+    assert lim_dev < lim_host
+    n = (lim_host + lim_dev) // 2  # factorised on the host, CG on a GPU
+    assert finish.face_method("auto", n, on_host=True) == "direct"
+    assert finish.face_method("auto", n, on_host=False) == "cg"
+    assert finish.face_method("auto", lim_dev, on_host=False) == "direct"
+    assert finish.face_method("exact", 10 * lim_host, on_host=False) == "direct"
+
+
 # -- GPU --------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_finish_on_cupy_with_cg_faces_matches_scipy(rng):
+    from msm_gpu.backends.cuda import cuda_unavailable_reason
+
+    reason = cuda_unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"no usable CUDA GPU: {reason}")
+    import cupy
+
+    n = finish.DIRECT_MAX_N_DEVICE + 40
+    c = np.abs(rng.normal(size=(n + 60, n)))
+    d = np.abs(rng.normal(size=(n + 60, 6)))
+    gpu = mg.nnls(cupy.asarray(c), cupy.asarray(d))
+    assert gpu.backend == "cuda" and gpu.info["finish_method"] == "cg" and gpu.converged
+    ref = np.column_stack([scipy.optimize.nnls(c, d[:, k])[0] for k in range(6)])
+    np.testing.assert_allclose(gpu.x.get(), ref, rtol=0, atol=1e-8)
 
 
 @pytest.mark.gpu
