@@ -15,8 +15,9 @@ For every shape (n, r) and dtype it prints
 * beside it the time the roofline model predicts (``msm_gpu.backends.cuda_model``, the
   rule that picks the layout; ``benchmarks/gpu_model.py`` prints the whole table) and the
   layout that ran,
-* one iteration of ``msm_gpu.solve`` as users call it (``max_iter=1``, ``tol=0``: setup,
-  objective bookkeeping and copies included) next to the bare sweep.
+* ``msm_gpu.solve`` as users call it (``tol=0``, ``finish=None``, objective recorded:
+  validation, setup and copies included), timed for 1 and 11 iterations: one more
+  iteration ("solve/it") and the fixed cost of a call ("fixed"), in GEMMs of the shape.
 
 Without a usable GPU it prints why and exits with status 0.
 """
@@ -110,16 +111,27 @@ def time_gpu(cupy, backend, data, split, penalty, panel, repeats):
     return seconds, layout
 
 
+#: Iterations of the longer solve() call: (t(K) - t(1)) / (K - 1) is one more iteration.
+SOLVE_ITERS = 11
+
+
 def time_solve(cupy, data, penalty, repeats):
-    """Median seconds of ``solve(A, R, penalty, max_iter=1, tol=0)`` on CuPy arrays."""
+    """``solve(A, R, penalty, x0=X0, tol=0, max_iter=k, finish=None)`` as users call it
+    (objective recorded, validation and copies included), for k = 1 and SOLVE_ITERS:
+    returns (seconds of one more iteration, fixed seconds of a call)."""
     from msm_gpu import solve
 
-    a, rhs, _ = data
+    a, rhs, x0 = data
 
-    def run():
-        solve(a, rhs, penalty, backend="cuda", max_iter=1, tol=0.0)
+    def run(k):
+        return lambda: solve(
+            a, rhs, penalty, x0=x0, backend="cuda", max_iter=k, tol=0.0, finish=None
+        )
 
-    return gpu_median(cupy, run, max(3, repeats // 3))
+    t1 = gpu_median(cupy, run(1), max(3, repeats // 3))
+    tk = gpu_median(cupy, run(SOLVE_ITERS), max(3, repeats // 3))
+    per_iter = (tk - t1) / (SOLVE_ITERS - 1)
+    return per_iter, t1 - per_iter
 
 
 def time_cpu(data_host, split, penalty, panel, repeats):
@@ -159,7 +171,7 @@ def bench_shape(cupy, backend, n, r, dtype, penalty, args):
     from msm_gpu.backends.cuda_model import choose_layout
 
     predicted = choose_layout(n, r, np.dtype(dtype).itemsize, penalty.code, default).seconds
-    t_solve = time_solve(cupy, data, penalty, args.repeats)
+    t_iter, t_fixed = time_solve(cupy, data, penalty, args.repeats)
     row = dict(
         n=n,
         r=r,
@@ -172,7 +184,10 @@ def bench_shape(cupy, backend, n, r, dtype, penalty, args):
         ratio=by_panel[best] / t_gemm,
         layout=runs[best][1],
         predicted_ms=1e3 * predicted,
-        solve_ms=1e3 * t_solve,
+        solve_iter_ms=1e3 * t_iter,
+        solve_fixed_ms=1e3 * t_fixed,
+        solve_iter_gemm=t_iter / t_gemm,
+        solve_fixed_gemm=t_fixed / t_gemm,
         cpu_ms=None,
         speedup=None,
     )
@@ -198,7 +213,7 @@ def print_row(row):
     speed = f"{row['speedup']:8.1f}" if row["speedup"] is not None else f"{'-':>8}"
     print(
         f"{row['n']:>6} {row['r']:>8} {row['dtype']:>8} {row['layout']:>8} {row['iter_ms']:10.3f} "
-        f"{row['predicted_ms']:10.3f} {row['solve_ms']:10.3f} "
+        f"{row['predicted_ms']:10.3f} {row['solve_iter_gemm']:8.2f} {row['solve_fixed_gemm']:8.2f} "
         f"{row['best_panel']:>5} {row['default_iter_ms']:10.3f} {row['gemm_ms']:10.3f} "
         f"{row['ratio']:6.2f} {cpu} {speed}  {verdict(row)}",
         flush=True,
@@ -241,7 +256,7 @@ def main(argv=None):
     )
     print(
         f"{'n':>6} {'r':>8} {'dtype':>8} {'layout':>8} {'iter [ms]':>10} {'model[ms]':>10} "
-        f"{'solve[ms]':>10} {'T':>5} {'T=dflt':>10} "
+        f"{'solve/it':>8} {'fixed':>8} {'T':>5} {'T=dflt':>10} "
         f"{'GEMM [ms]':>10} {'ratio':>6} {'CPU [ms]':>10} {'speedup':>8}"
     )
     rows = []
