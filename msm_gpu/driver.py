@@ -89,7 +89,7 @@ class MsmMethod(IterativeMethod):
         self._anchored = bool(self._xp.all(self._xp.isfinite(self._f)))
 
     def objective(self):
-        return float(self._xp.sum(self._f))
+        return self._xp.sum(self._f)  # 0-d backend array, read by the loop with its flags
 
     def retire(self, done):
         self._state.retire(~done)

@@ -114,8 +114,9 @@ class IterativeMethod(ABC):
         """One iteration on the active columns (and the objective update when recording)."""
 
     @abstractmethod
-    def objective(self) -> float:
-        """F of the whole current iterate, as tracked (sum over all columns)."""
+    def objective(self):
+        """F of the whole current iterate, as tracked (sum over all columns): a float or a
+        0-d backend array (left on the device: the loop reads it with its other flags)."""
 
     @abstractmethod
     def retire(self, done: np.ndarray) -> None:
@@ -196,15 +197,18 @@ def run_iterations(
                 _advance(bar, history, record_objective, user_fun, len(method.active))
             mod = module_of(report.step)
             finite = mod.isfinite(report.step) & mod.isfinite(report.xnorm)
+            if record_objective:
+                finite = finite.all() & mod.isfinite(mod.asarray(history[-1]))
+            checks = [~finite.all()]
             if tol > 0:
                 if floor_active is None:
                     floor_active = mod.asarray(floor[method.active])
                 done_dev = report.step <= tol * mod.maximum(report.xnorm, floor_active)
-                any_bad, any_done = to_host(mod.stack([~finite.all(), done_dev.any()]))
-            else:
-                any_bad, any_done = bool(to_host(~finite.all())), False
+                checks.append(done_dev.any())
+            flags = to_host(mod.stack(checks))  # the one transfer of the iteration
+            any_bad, any_done = bool(flags[0]), tol > 0 and bool(flags[-1])
 
-            if any_bad or (record_objective and not np.isfinite(history[-1])):
+            if any_bad:
                 diverged = True
                 message = DIVERGED_MESSAGE.format(k=n_iter)
                 break
@@ -212,7 +216,7 @@ def run_iterations(
             if callback is not None:
                 info = IterationInfo(
                     x=to_user(method.current_x()),
-                    fun=user_fun(history[-1]) if record_objective else float("nan"),
+                    fun=user_fun(float(history[-1])) if record_objective else float("nan"),
                     n_iter=n_iter,
                     n_active=len(method.active),
                 )
@@ -257,7 +261,7 @@ def run_iterations(
             converged_columns=converged,
             n_iter_columns=n_iter_cols,
             message=message,
-            objective=np.asarray(history, dtype=np.float64),
+            objective=_host_history(history),
             timings={"setup": loop_start - start_time, "iterations": loop_end - loop_start},
             info=method.info(),
             diverged=diverged,
@@ -266,6 +270,15 @@ def run_iterations(
         if bar is not None:
             bar.close()
         method.close()
+
+
+def _host_history(history):
+    """The recorded objective values (backend scalars) as one float64 host array."""
+    if not history:
+        return np.zeros(0, dtype=np.float64)
+    mod = module_of(history[-1])
+    values = mod.stack([mod.asarray(h, dtype=mod.float64) for h in history])
+    return np.asarray(to_host(values), dtype=np.float64)
 
 
 def _finite_columns(x):
@@ -285,7 +298,7 @@ def _progress_bar(max_iter):
 def _advance(bar, history, record_objective, user_fun, n_active):
     postfix = {"active": n_active}
     if record_objective:
-        postfix["objective"] = f"{user_fun(history[-1]):.8g}"
+        postfix["objective"] = f"{user_fun(float(history[-1])):.8g}"
     bar.set_postfix(postfix, refresh=False)
     bar.update(1)
 

@@ -56,6 +56,9 @@ KERNEL_FILE = "msm_sweep.cu"
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
 #: Compact the stored columns when at most this fraction of them is still active.
 COMPACT_FRACTION = 0.5
+#: Sweeps between two reads of the device error flag (also read after the first sweep and
+#: whenever the iterate is read).
+ERROR_CHECK_EVERY = 32
 #: Error bits of the kernels' device flag (MSM_ERR_* in msm_sweep.cu).
 DEVICE_ERRORS = {
     1: "a kernel was launched for another penalty code than its own",
@@ -516,6 +519,7 @@ class CudaSweepState(SweepState):
         self._pos_dev = xp.asarray(self._pos, dtype=xp.int64)
         self.active = np.arange(ncols)
         self._err = xp.zeros(1, dtype=xp.int32)
+        self._sweeps = 0
         self._w = None
 
     # -- sweeping ------------------------------------------------------------------------
@@ -531,7 +535,11 @@ class CudaSweepState(SweepState):
             self._sweep_panels(stats, k)
         else:
             self._sweep_fused(stats, k)
-        self._check_device_errors()
+        # the flag costs a synchronisation: read after the first sweep (a launch error is
+        # systematic), then every ERROR_CHECK_EVERY sweeps and whenever x is read
+        self._sweeps += 1
+        if self._sweeps == 1 or self._sweeps % ERROR_CHECK_EVERY == 0:
+            self._check_device_errors()
         return stats
 
     def _sweep_fused(self, stats, k):
@@ -632,6 +640,7 @@ class CudaSweepState(SweepState):
 
     def current_x(self):
         """The whole iterate, a new C-ordered (n, r) array of ``xp``."""
+        self._check_device_errors()
         xp = self._xp
         if self._store is None:
             return xp.array(self._y, order="C", copy=True)  # never a view of the state

@@ -125,7 +125,7 @@ class ProxGradMethod(IterativeMethod):
         self._f_all = _column_objectives(self._xp, self._x, self._ax, self._rr, self._penalty)
 
     def objective(self):
-        return float(self._xp.sum(self._f_all))
+        return self._xp.sum(self._f_all)  # 0-d backend array, read by the loop with its flags
 
     def step(self, record_objective):
         xp = self._xp
