@@ -1,7 +1,7 @@
 """The one iteration loop: stopping rule, callback, history, time limit, column retirement.
 
-Every iterative method (MSM, the proximal-gradient baselines, and whatever comes next)
-is an :class:`IterativeMethod`: it owns its iterate in its own layout and knows how to
+Every iterative method (MSM, the proximal-gradient baselines, the MSM phases of the
+exact finish, proximal Newton) is an :class:`IterativeMethod`: it owns its iterate in its own layout and knows how to
 take one step on the columns still active.  :func:`run_iterations` does the rest, the
 same way for all of them:
 
@@ -16,7 +16,8 @@ same way for all of them:
 * ``callback(info)`` after every iteration (True or StopIteration stops the run);
 * the objective after every iteration in ``history`` when ``record_objective``;
 * ``time_limit`` (seconds since ``start_time``) checked after every iteration;
-* ``verbose``: a tqdm progress bar with the objective and the active columns.
+* ``verbose``: a tqdm progress bar with the objective and the active columns;
+* columns a method reports ``stopped`` (no decrease representable) retire unconverged.
 """
 
 from __future__ import annotations
@@ -38,13 +39,18 @@ class StepReport:
     Attributes
     ----------
     step : (n_active,) array
-        ``||x_{k+1} - x_k||`` of each active column.
+        ``||x_{k+1} - x_k||`` of each active column (or the method's own optimality
+        measure, compared with ``tol`` the same way).
     xnorm : (n_active,) array
         ``||x_k||`` of each active column (the scale of the stopping rule).
+    stopped : (n_active,) host bool array, optional
+        Columns the method cannot move any further (e.g. no decrease representable in
+        floating point): they retire without being converged.
     """
 
     step: object
     xnorm: object
+    stopped: np.ndarray | None = None
 
 
 @dataclass
@@ -86,6 +92,8 @@ class LoopOutcome:
     diverged: bool = False
 
 
+#: Message of a run where every column left still running was stopped by the method.
+STOPPED_MESSAGE = "stopped: no further decrease in floating point for every remaining column"
 #: Message of a run ended by ``phase_done``.
 PHASE_DONE_MESSAGE = "phase done"
 #: Message of a run stopped by a non-finite step, iterate or objective.
@@ -188,6 +196,7 @@ def run_iterations(
         # each iteration (and the done mask when some column is done): on a GPU a copy of
         # r step norms per iteration costs more than the sweep for short columns.
         floor_active = None
+        n_stopped = 0
         while n_iter < max_iter:
             report = method.step(record_objective)
             n_iter += 1
@@ -224,14 +233,23 @@ def run_iterations(
                     message = "stopped by callback"
                     break
 
-            if any_done:
-                done = np.asarray(to_host(done_dev), dtype=bool)
+            stopped = report.stopped
+            any_stopped = stopped is not None and bool(np.any(stopped))
+            if any_done or any_stopped:
+                done = np.zeros(len(method.active), dtype=bool)
+                if any_done:
+                    done = np.asarray(to_host(done_dev), dtype=bool)
                 converged[method.active[done]] = True
-                n_iter_cols[method.active[done]] = n_iter
-                method.retire(done)
+                leaving = done | stopped if any_stopped else done
+                n_stopped += int(np.sum(leaving & ~done))
+                n_iter_cols[method.active[leaving]] = n_iter
+                method.retire(leaving)
                 floor_active = None
                 if len(method.active) == 0:
-                    message = f"converged: every column met tol = {tol:g}"
+                    if n_stopped:
+                        message = STOPPED_MESSAGE
+                    else:
+                        message = f"converged: every column met tol = {tol:g}"
                     break
             if time_limit is not None and time.perf_counter() - start_time >= time_limit:
                 message = f"reached time_limit = {time_limit:g} s"
@@ -242,6 +260,8 @@ def run_iterations(
         # the columns still stepped when the loop ended did every iteration (a column's
         # count is set when it retires)
         n_iter_cols[method.active] = n_iter
+        if n_stopped and message != STOPPED_MESSAGE:
+            message += f" ({n_stopped} column(s) stopped without decrease before tol)"
 
         x = method.final_x()
         loop_end = time.perf_counter()

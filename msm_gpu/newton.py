@@ -63,10 +63,11 @@ from . import validation as v
 from .api import solve
 from .arrays import is_cupy, to_host
 from .backends import get_backend
+from .loop import IterativeMethod, StepReport, run_iterations
 from .losses import GLMLoss, Quadratic
 from .penalties import Zero
 from .penalty_rows import RowPenalty
-from .result import IterationInfo, SolveResult
+from .result import SolveResult
 
 HESSIANS = ("auto", "exact", "bound")
 
@@ -121,7 +122,7 @@ def minimize(
         ``callback(info)`` after every outer iteration with an :class:`IterationInfo`;
         returning True (or raising StopIteration) stops.
     verbose : bool
-        Print one line per outer iteration.
+        Show a tqdm progress bar (objective, problems still running), as ``solve`` does.
     hessian : {"auto", "exact", "bound"}
         Per-problem exact Hessians or one shared curvature bound (logistic only).
     inner_max_iter : int >= 1
@@ -206,212 +207,269 @@ def minimize(
         host = to_host(x0) if xp is np else x0
         w = xp.array(host, dtype=dtype, copy=True).reshape(n_coef, r)
 
-    def h_cols(x):
-        return xp.sum(pen.value(x).astype(np.float64), axis=0)
-
     def to_user(x):
         out = x[:, 0] if one_problem else x
         return be.to_user(out, loss.Y if not is_cupy(loss.X) else _like_cupy(loss))
 
-    # One BLAS thread on the CPU, as in NMF: Numba sweeps and OpenBLAS threads spinning
+    # CPU: one BLAS thread.  The MSM sweeps are Numba-parallel; OpenBLAS threads spinning
     # after a product fight over the cores (measured 100x slower GEMVs under load).
     limits = _single_thread_blas() if xp is np else contextlib.nullcontext()
     with limits:
-        z = data.matvec(w)
-        f = data.values(z) + h_cols(w)
-        if not bool(xp.all(xp.isfinite(f))):
+        method = NewtonMethod(
+            xp,
+            be,
+            data,
+            pen,
+            w,
+            hessian=hessian,
+            inner_max_iter=inner_max_iter,
+            working_set=working_set,
+            free=free,
+            rounding=rounding,
+            tol=tol,
+        )
+        out = run_iterations(
+            method,
+            n_cols=r,
+            tol=tol,
+            max_iter=max_iter,
+            time_limit=time_limit,
+            record_objective=True,
+            callback=callback,
+            to_user=to_user,
+            start_time=started,
+            verbose=verbose,
+        )
+    info = dict(out.info)
+    info["fun_columns"] = to_host(out.fun_columns).astype(np.float64)
+    return SolveResult(
+        x=to_user(out.x),
+        fun=out.fun,
+        n_iter=out.n_iter,
+        converged=bool(out.converged_columns.all()),
+        message=out.message,
+        objective=out.objective,
+        backend=be.name,
+        time=time.perf_counter() - started,
+        method="newton-msm",
+        converged_columns=out.converged_columns,
+        n_iter_columns=out.n_iter_columns,
+        timings=out.timings,
+        info=info,
+    )
+
+
+class NewtonMethod(IterativeMethod):
+    """Proximal Newton iterations (module docstring) as a step of the one loop
+    (:func:`msm_gpu.loop.run_iterations`): every step is one outer iteration on the active
+    problems, and reports the optimality measure ``||P - W||`` at the new point with
+    ``||W||`` as its scale, so the loop's rule ``||P - W|| <= tol max(||W||, 1)`` is the
+    stopping rule of the module docstring.  Problems whose line search and safeguard both
+    find no decrease are reported ``stopped``.
+    """
+
+    def __init__(
+        self, xp, be, data, pen, w, *, hessian, inner_max_iter, working_set, free, rounding, tol
+    ):
+        self._xp, self._be, self._data, self._pen, self._w = xp, be, data, pen, w
+        self._hessian = hessian
+        self._inner_max_iter = inner_max_iter
+        self._working_set = working_set
+        self._free = free
+        self._rounding = rounding
+        self._tol = tol
+        self._z = data.matvec(w)
+        self._f = data.values(self._z) + self._h_cols(w)
+        if not bool(xp.all(xp.isfinite(self._f))):
             raise ValueError("x0 must lie in the domain of the penalty (F(x0) is not finite)")
-        history = [float(xp.sum(f))]
-        bound_h = data.bound_hessian() if hessian == "bound" else None
+        r = w.shape[1]
+        self.active = np.arange(r)
+        self._bound_h = data.bound_hessian() if hessian == "bound" else None
         # the optimality measure's metric: the diagonal of the Hessian the models use (with
         # the bound, its diagonal): a fixed point of the bound's model with an l0/lp
         # penalty thresholds with that diagonal, and a smaller metric would call it
         # non-optimal for ever (found on the bound + L0 test, CPU and GPU alike)
-        bound_diag = None if bound_h is None else _floor(xp, xp.diagonal(bound_h)[:, None])
-        active = np.ones(r, dtype=bool)
-        converged = np.zeros(r, dtype=bool)
-        stalled = np.zeros(r, dtype=bool)
-        n_iter_cols = np.zeros(r, dtype=np.int64)
-        opt = np.full(r, np.inf)
-        stats = {"inner_iterations": 0, "line_search_steps": 0, "fallback_steps": 0, "ws": []}
-        setup_done = time.perf_counter()
-        n_iter = 0
-        message = f"reached max_iter = {max_iter}"
-        while True:
-            act = np.flatnonzero(active)
-            ia = xp.asarray(act)
-            wa, za = w[:, ia], z[:, ia]
-            grad = data.gradient(za, ia)
-            curv = data.hessian_weights(za, ia)
-            if bound_diag is None:
-                diag = _floor(xp, data.hessian_diagonal(curv))
-            else:
-                diag = xp.broadcast_to(bound_diag, wa.shape)
-            prox_point = pen.prox(grad - diag * wa, diag)
-            step = prox_point - wa
-            opt_a = to_host(_col_norm(xp, step) / xp.maximum(_col_norm(xp, wa), 1.0))
-            opt[act] = opt_a
-            done = opt_a <= tol
-            converged[act[done]] = True
-            active[act[done]] = False
-            if not active.any():
-                message = f"converged: every problem met tol = {tol:g}"
-                break
-            if n_iter >= max_iter:
-                break
-            if time_limit is not None and time.perf_counter() - started >= time_limit:
-                message = f"reached time_limit = {time_limit:g} s"
-                break
-            keep = ~done
-            act = act[keep]
-            ia = xp.asarray(act)
-            wa, za, grad, curv, diag, step = (
-                a[:, xp.asarray(np.flatnonzero(keep))] for a in (wa, za, grad, curv, diag, step)
-            )
-            # forcing sequence, per problem (the bound's batched solve uses the largest)
-            inner_tols = _forcing(opt_a[keep], tol)
-            inner_tol = float(inner_tols.max())
+        self._bound_diag = (
+            None if self._bound_h is None else _floor(xp, xp.diagonal(self._bound_h)[:, None])
+        )
+        self._opt = np.full(r, np.inf)
+        self._stats = {"inner_iterations": 0, "line_search_steps": 0, "fallback_steps": 0}
+        self._ws = []
+        self._measure = self._measure_at(self.active)
 
-            # -- model minimisation by MSM on the working set(s) --------------------------------
-            rows_mask = _working_set(xp, wa, step, diag)
-            if free:
-                rows_mask[free[0], :] = True
-            if not working_set:
-                rows_mask[:] = True
-            direction = xp.zeros_like(wa)
-            if hessian == "bound":
-                rows = xp.flatnonzero(xp.any(rows_mask, axis=1))
-                a_ws = bound_h[rows][:, rows]
-                stats["ws"].append(int(rows.shape[0]))
+    def _h_cols(self, x):
+        return self._xp.sum(self._pen.value(x).astype(np.float64), axis=0)
+
+    def _measure_at(self, act):
+        """Gradient, curvatures, metric and prox-gradient step at W for the columns act."""
+        xp, data = self._xp, self._data
+        ia = xp.asarray(act)
+        wa, za = self._w[:, ia], self._z[:, ia]
+        grad = data.gradient(za, ia)
+        curv = data.hessian_weights(za, ia)
+        if self._bound_diag is None:
+            diag = _floor(xp, data.hessian_diagonal(curv))
+        else:
+            diag = xp.broadcast_to(self._bound_diag, wa.shape)
+        step = self._pen.prox(grad - diag * wa, diag) - wa
+        return {"grad": grad, "curv": curv, "diag": diag, "step": step}
+
+    def start_objective(self):
+        pass  # F(W_0) is known from the start
+
+    def objective(self):
+        return self._xp.sum(self._f)
+
+    def step(self, record_objective):
+        xp, data, pen = self._xp, self._data, self._pen
+        act = self.active
+        ia = xp.asarray(act)
+        m = self._measure
+        wa, za = self._w[:, ia], self._z[:, ia]
+        grad, curv, diag, step = m["grad"], m["curv"], m["diag"], m["step"]
+        opt_a = to_host(_col_norm(xp, step) / xp.maximum(_col_norm(xp, wa), 1.0))
+        # forcing sequence, per problem (the bound's batched solve uses the largest)
+        inner_tols = _forcing(opt_a, self._tol)
+        inner_tol = float(inner_tols.max())
+
+        # -- model minimisation by MSM on the working set(s) --------------------------------
+        rows_mask = _working_set(xp, wa, step, diag)
+        if self._free:
+            rows_mask[self._free[0], :] = True
+        if not self._working_set:
+            rows_mask[:] = True
+        direction = xp.zeros_like(wa)
+        if self._hessian == "bound":
+            rows = xp.flatnonzero(xp.any(rows_mask, axis=1))
+            self._ws.append(int(rows.shape[0]))
+            if rows.shape[0]:  # no row to move: W is optimal, it stays
                 wbar = _inner(
-                    a_ws,
+                    self._bound_h[rows][:, rows],
                     grad[rows],
                     wa[rows],
                     pen.subset(to_host(rows)),
                     inner_tol,
-                    inner_max_iter,
-                    be,
-                    stats,
+                    self._inner_max_iter,
+                    self._be,
+                    self._stats,
                 )
                 direction[rows] = wbar - wa[rows]
-            else:
-                for j in range(len(act)):
-                    rows = xp.flatnonzero(rows_mask[:, j])
-                    a_ws = data.hessian(curv[:, j], rows)
-                    stats["ws"].append(int(rows.shape[0]))
-                    wbar = _inner(
-                        a_ws,
-                        grad[rows, j : j + 1],
-                        wa[rows, j : j + 1],
-                        pen.subset(to_host(rows)),
-                        float(inner_tols[j]),
-                        inner_max_iter,
-                        be,
-                        stats,
-                    )
-                    direction[rows, j : j + 1] = wbar - wa[rows, j : j + 1]
+        else:
+            for j in range(len(act)):
+                rows = xp.flatnonzero(rows_mask[:, j])
+                self._ws.append(int(rows.shape[0]))
+                if rows.shape[0] == 0:  # no row to move: W_j is optimal, it stays
+                    continue
+                wbar = _inner(
+                    data.hessian(curv[:, j], rows),
+                    grad[rows, j : j + 1],
+                    wa[rows, j : j + 1],
+                    pen.subset(to_host(rows)),
+                    float(inner_tols[j]),
+                    self._inner_max_iter,
+                    self._be,
+                    self._stats,
+                )
+                direction[rows, j : j + 1] = wbar - wa[rows, j : j + 1]
 
-            # -- Armijo backtracking along W + beta (Wbar - W), per problem ----------------------
-            fa = f[ia]
-            h_now = h_cols(wa)
-            delta = xp.sum(grad * direction, axis=0) + h_cols(wa + direction) - h_now
-            xd = _matvec_on_rows(xp, data, direction)
-            beta = xp.ones(len(act), dtype=dtype)
-            accepted = xp.zeros(len(act), dtype=bool)
-            new_w, new_z, new_f = wa.copy(), za.copy(), fa.copy()
-            halvings = MAX_HALVINGS_CONVEX if pen.is_convex else MAX_HALVINGS_NONCONVEX
-            for _ in range(halvings + 1):
-                w_try = wa + beta * direction
-                z_try = za + beta * xd
-                f_try = data.values(z_try, ia) + h_cols(w_try)
-                # Armijo; where the predicted decrease is below the rounding of F (at the
-                # optimum to machine precision) a step that does not increase F is taken
-                flat = (-delta <= rounding * xp.abs(fa)) & (f_try <= fa + rounding * xp.abs(fa))
-                ok = (~accepted) & (((f_try <= fa + SIGMA * beta * delta) & (delta < 0)) | flat)
-                stats["line_search_steps"] += 1
-                if bool(xp.any(ok)):
-                    new_w[:, ok], new_z[:, ok], new_f[ok] = w_try[:, ok], z_try[:, ok], f_try[ok]
-                    accepted |= ok
-                if bool(xp.all(accepted)):
-                    break
-                beta = xp.where(accepted, beta, 0.5 * beta)
-            failed = ~accepted
-            if bool(xp.any(failed)):
-                # -- safeguard: diagonal prox-gradient steps with a doubling metric ----------------
-                fi = xp.flatnonzero(failed)
-                fw, fz, ff, fg, fdiag = wa[:, fi], za[:, fi], fa[fi], grad[:, fi], diag[:, fi]
-                tau = 1.0
-                pending = xp.ones(fi.shape[0], dtype=bool)
-                for _ in range(MAX_DOUBLINGS):
-                    p = pen.prox(fg - tau * fdiag * fw, tau * fdiag)
-                    dp = p - fw
-                    zp = fz + data.matvec(dp)
-                    fp = data.values(zp, ia[fi]) + h_cols(p)
-                    decrease = 0.5 * tau * xp.sum((fdiag * dp * dp).astype(np.float64), axis=0)
-                    ok = pending & (fp <= ff - SIGMA * decrease) & (decrease > 0)
-                    stats["fallback_steps"] += 1
-                    if bool(xp.any(ok)):
-                        cols = fi[ok]
-                        new_w[:, cols], new_z[:, cols], new_f[cols] = p[:, ok], zp[:, ok], fp[ok]
-                        pending &= ~ok
-                    if not bool(xp.any(pending)):
-                        break
-                    tau *= 2.0
-                # no decrease representable in floating point: stop these problems
-                stuck = (
-                    act[to_host(fi[pending])] if bool(xp.any(pending)) else np.zeros(0, np.int64)
-                )
-                stalled[stuck] = True
-                active[stuck] = False
+        new_w, new_z, new_f, stuck = self._line_search(ia, wa, za, grad, diag, direction)
+        self._w[:, ia], self._z[:, ia], self._f[ia] = new_w, new_z, new_f
+        self._measure = self._measure_at(act)
+        step_new = self._measure["step"]
+        return StepReport(
+            step=_col_norm(xp, step_new),
+            xnorm=_col_norm(xp, new_w),
+            stopped=stuck,
+        )
 
-            w[:, ia], z[:, ia], f[ia] = new_w, new_z, new_f
-            n_iter += 1
-            n_iter_cols[act] += 1
-            history.append(float(xp.sum(f)))
-            if verbose:
-                print(
-                    f"iter {n_iter:4d}  F = {history[-1]:.12g}  max opt = {opt_a.max():.3g}  "
-                    f"active = {len(act)}  ws = {stats['ws'][-1]}  inner tol = {inner_tol:.2g}"
-                )
-            if callback is not None:
-                info = IterationInfo(
-                    x=to_user(w.copy()), fun=history[-1], n_iter=n_iter, n_active=len(act)
-                )
-                if _callback_stops(callback, info):
-                    message = "stopped by callback"
-                    break
-            if not active.any():
-                message = (
-                    "stopped: no further decrease in floating point for every remaining problem"
-                )
+    def _line_search(self, ia, wa, za, grad, diag, direction):
+        """Armijo backtracking along W + beta (Wbar - W) per problem; the safeguard where
+        it fails.  Returns the new W, Z, F and the host mask of problems with no decrease."""
+        xp, data, pen, rounding = self._xp, self._data, self._pen, self._rounding
+        fa = self._f[ia]
+        h_now = self._h_cols(wa)
+        delta = xp.sum(grad * direction, axis=0) + self._h_cols(wa + direction) - h_now
+        xd = _matvec_on_rows(xp, data, direction)
+        n_act = wa.shape[1]
+        beta = xp.ones(n_act, dtype=wa.dtype)
+        accepted = xp.zeros(n_act, dtype=bool)
+        new_w, new_z, new_f = wa.copy(), za.copy(), fa.copy()
+        halvings = MAX_HALVINGS_CONVEX if pen.is_convex else MAX_HALVINGS_NONCONVEX
+        for _ in range(halvings + 1):
+            w_try = wa + beta * direction
+            z_try = za + beta * xd
+            f_try = data.values(z_try, ia) + self._h_cols(w_try)
+            # Armijo; where the predicted decrease is below the rounding of F (at the
+            # optimum to machine precision) a step that does not increase F is taken
+            flat = (-delta <= rounding * xp.abs(fa)) & (f_try <= fa + rounding * xp.abs(fa))
+            ok = (~accepted) & (((f_try <= fa + SIGMA * beta * delta) & (delta < 0)) | flat)
+            self._stats["line_search_steps"] += 1
+            if bool(xp.any(ok)):
+                new_w[:, ok], new_z[:, ok], new_f[ok] = w_try[:, ok], z_try[:, ok], f_try[ok]
+                accepted |= ok
+            if bool(xp.all(accepted)):
                 break
+            beta = xp.where(accepted, beta, 0.5 * beta)
+        stuck = np.zeros(n_act, dtype=bool)
+        failed = ~accepted
+        if bool(xp.any(failed)):
+            # -- safeguard: diagonal prox-gradient steps with a doubling metric ----------------
+            fi = xp.flatnonzero(failed)
+            fw, fz, ff, fg, fdiag = wa[:, fi], za[:, fi], fa[fi], grad[:, fi], diag[:, fi]
+            tau = 1.0
+            pending = xp.ones(fi.shape[0], dtype=bool)
+            for _ in range(MAX_DOUBLINGS):
+                p = pen.prox(fg - tau * fdiag * fw, tau * fdiag)
+                dp = p - fw
+                zp = fz + data.matvec(dp)
+                fp = data.values(zp, ia[fi]) + self._h_cols(p)
+                decrease = 0.5 * tau * xp.sum((fdiag * dp * dp).astype(np.float64), axis=0)
+                ok = pending & (fp <= ff - SIGMA * decrease) & (decrease > 0)
+                self._stats["fallback_steps"] += 1
+                if bool(xp.any(ok)):
+                    cols = fi[ok]
+                    new_w[:, cols], new_z[:, cols], new_f[cols] = p[:, ok], zp[:, ok], fp[ok]
+                    pending &= ~ok
+                if not bool(xp.any(pending)):
+                    break
+                tau *= 2.0
+            # no decrease representable in floating point: these problems stop
+            if bool(xp.any(pending)):
+                stuck[to_host(fi[pending])] = True
+        return new_w, new_z, new_f, stuck
 
-    done_at = time.perf_counter()
-    if stalled.any() and not message.startswith("stopped by"):
-        message += f" ({int(stalled.sum())} problem(s) stopped without decrease before tol)"
-    return SolveResult(
-        x=to_user(w),
-        fun=float(xp.sum(f)),
-        n_iter=n_iter,
-        converged=bool(converged.all()),
-        message=message,
-        objective=np.asarray(history, dtype=np.float64),
-        backend=be.name,
-        time=time.perf_counter() - started,
-        method="newton-msm",
-        converged_columns=converged,
-        n_iter_columns=n_iter_cols,
-        timings={"setup": setup_done - started, "iterations": done_at - setup_done},
-        info={
-            "hessian": hessian,
-            "fun_columns": to_host(f).astype(np.float64),
-            "optimality": opt,
-            "inner_iterations": stats["inner_iterations"],
-            "line_search_steps": stats["line_search_steps"],
-            "fallback_steps": stats["fallback_steps"],
-            "working_set_size": stats["ws"],
-        },
-    )
+    def retire(self, done):
+        keep = np.flatnonzero(~done)
+        ia = self._xp.asarray(keep)
+        self._opt[self.active] = to_host(
+            _col_norm(self._xp, self._measure["step"])
+            / self._xp.maximum(_col_norm(self._xp, self._w[:, self._xp.asarray(self.active)]), 1.0)
+        )
+        self._measure = {k: v[:, ia] for k, v in self._measure.items()}
+        self.active = self.active[keep]
+
+    def current_x(self):
+        return self._w.copy()
+
+    def final_x(self):
+        return self._w
+
+    def final_objective(self, x):
+        return self._f.astype(np.float64, copy=True)
+
+    def info(self):
+        if len(self.active):  # the measure of the problems still running at the end
+            xp = self._xp
+            self._opt[self.active] = to_host(
+                _col_norm(xp, self._measure["step"])
+                / xp.maximum(_col_norm(xp, self._w[:, xp.asarray(self.active)]), 1.0)
+            )
+        return {
+            "hessian": self._hessian,
+            "optimality": self._opt.copy(),
+            **self._stats,
+            "working_set_size": list(self._ws),
+        }
 
 
 def _inner(a, grad, w, penalty, tol, max_iter, be, stats):
@@ -503,10 +561,3 @@ def _like_cupy(loss):
     import cupy
 
     return cupy.empty(0)
-
-
-def _callback_stops(callback, info) -> bool:
-    try:
-        return bool(callback(info))
-    except StopIteration:
-        return True
