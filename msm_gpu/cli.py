@@ -5,6 +5,10 @@ APG and APG + line search on nonnegative and l0-regularised least squares), prin
 table, writes ``figure1.png`` into ``--out`` (default: a new folder ``msm-gpu-demo-*`` in
 the system's temporary directory, named in the output; never the current folder) and runs a
 small batched NNLS against scipy's ``nnls``.
+
+Exit status: 0 done, 1 no command given, 2 bad arguments (argparse's usage errors
+included), 3 the requested backend cannot run here (e.g. ``--backend cuda`` without a
+usable GPU; the reason is printed, no traceback).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ def _build_parser():
     parser = argparse.ArgumentParser(
         prog="msm-gpu",
         description="Batched composite quadratic problems by the Matrix Splitting Method.",
+        epilog="exit status: 0 done, 1 no command, 2 bad arguments, 3 backend unavailable",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     demo = sub.add_parser(
@@ -63,13 +68,23 @@ def _build_parser():
     return parser
 
 
+#: Exit status when the requested backend cannot run on this machine.
+EXIT_BACKEND_UNAVAILABLE = 3
+
+
 def _demo(args) -> int:
     from . import study
+    from .backends import BackendUnavailableError, get_backend
 
     m, n = args.size
     if m < 1 or n < 1 or args.iters < 1 or args.lam < 0:
         print("msm-gpu demo: --size, --iters must be positive and --lam >= 0", file=sys.stderr)
         return 2
+    try:
+        get_backend(args.backend)
+    except BackendUnavailableError as exc:
+        print(f"msm-gpu demo: {exc}", file=sys.stderr)
+        return EXIT_BACKEND_UNAVAILABLE
     started = time.perf_counter()
     result = study.run_figure1(
         size=(m, n), lam=args.lam, seed=args.seed, backend=args.backend, iters=args.iters

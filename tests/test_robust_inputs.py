@@ -410,6 +410,23 @@ def test_demo_writes_into_a_new_folder_by_default(tmp_path, monkeypatch, capsys)
     assert (tmp_path / "a" / "b" / "figure1.png").exists()
 
 
+def test_demo_without_the_backend_is_a_clean_error(monkeypatch, capsys):
+    # `msm-gpu demo --backend cuda` where CUDA cannot run: the reason on stderr, no
+    # traceback, and an exit status of its own (3), unlike a usage error (2)
+    import msm_gpu.backends as backends
+
+    monkeypatch.setattr(backends, "cuda_unavailable_reason", lambda: "no device (test)")
+    argv = ["demo", "--backend", "cuda", "--size", "5", "5", "--iters", "2", "--no-plot"]
+    assert cli.main(argv) == cli.EXIT_BACKEND_UNAVAILABLE == 3
+    err = capsys.readouterr().err
+    assert "backend='cuda' cannot run here: no device (test)" in err
+    assert "Traceback" not in err
+    assert cli.main(["demo", "--iters", "0"]) == 2
+    with pytest.raises(SystemExit) as usage:
+        cli.main(["demo", "--backend", "tpu"])
+    assert usage.value.code == 2
+
+
 def test_design_notes_cited_by_the_code_exist():
     design = (ROOT / "docs" / "design.md").read_text()
     headings = set(re.findall(r"^#+ (.+)$", design, flags=re.M))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from conftest import random_psd
@@ -219,3 +221,56 @@ def test_bad_input_is_refused_with_a_clear_error(problem, make, exc, match):
     a, r = problem
     with pytest.raises(exc, match=match):
         make(a, r)
+
+
+# -- per-column flags that disagree, and the time limit from below ---------------------------
+
+
+@pytest.mark.parametrize("method", ["msm", "pgm", "pgm_ls", "apg", "apg_ls"])
+def test_mixed_column_convergence_is_reported_per_column(rng, method):
+    # column 0 starts at its solution (it converges at once), columns 1 and 2 start far
+    # away and get 3 iterations: the flags must differ, and converged is their "all"
+    from msm_gpu.study import solve_with
+
+    a = random_psd(rng, 12)
+    x_star = np.abs(rng.normal(size=(12, 3)))
+    r = -a @ x_star  # unconstrained minimisers x_star >= 0: also the NNLS solutions
+    x0 = x_star.copy()
+    x0[:, 1:] = 0.0
+    res = solve_with(method, a, r, mg.NonNeg(), x0=x0, tol=1e-9, max_iter=3)
+    assert res.converged_columns.tolist() == [True, False, False]
+    assert res.converged is False and "max_iter" in res.message
+    assert res.n_iter == 3 and res.n_iter_columns.tolist() == [1, 3, 3]
+    # and all True when every column converges
+    res = solve_with(method, a, r[:, :1], mg.NonNeg(), x0=x0[:, :1], tol=1e-9, max_iter=3)
+    assert res.converged is True and res.converged_columns.tolist() == [True]
+
+
+def test_mixed_kkt_convergence_with_the_finish(rng):
+    # with the finish, converged means the KKT residual of every column is <= tol: a
+    # callback stop (no finish) leaves column 0 at its solution and column 1 far away
+    a = random_psd(rng, 12)
+    x_star = np.abs(rng.normal(size=(12, 2)))
+    r = -a @ x_star
+    x0 = x_star.copy()
+    x0[:, 1] = 0.0
+    res = mg.solve(a, r, mg.NonNeg(), x0=x0, callback=lambda info: True)
+    assert res.converged_columns.tolist() == [True, False]
+    assert res.converged is False
+
+
+@pytest.mark.parametrize("method", ["msm", "pgm", "apg_ls"])
+def test_time_limit_is_reached_not_undercut(rng, method):
+    # the run must go on until time_limit has passed (not stop after one sweep), and then stop
+    from msm_gpu.study import solve_with
+
+    a = random_psd(rng, 30)
+    r = rng.normal(size=(30, 4))
+    limit = 0.25
+    started = time.perf_counter()
+    res = solve_with(method, a, r, mg.NonNeg(), tol=0, max_iter=10**9, time_limit=limit)
+    elapsed = time.perf_counter() - started
+    assert "time_limit" in res.message
+    assert res.time >= limit and elapsed >= limit
+    assert res.n_iter > 10  # thousands of iterations fit in 0.25 s at this size
+    assert res.time < limit + 5.0

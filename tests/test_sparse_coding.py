@@ -245,13 +245,26 @@ def test_pgm_h_step_lowers_objective_and_msm_is_not_worse():
 
 
 def test_omp_matches_sklearn_semantics():
+    from sklearn.linear_model import orthogonal_mp
+
     rng = np.random.default_rng(7)
     d = _random_dictionary(rng, 8, 20)
     y = d[:, [1, 4]] @ np.array([[2.0], [-1.5]])
     h = omp(d, y, n_nonzero_coefs=2)
     np.testing.assert_allclose(d @ h, y, atol=1e-10)
+    # noisy signals, several columns: the same codes as scikit-learn's own (non-Gram) OMP,
+    # by count and by residual tolerance
+    y = d @ (rng.standard_normal((20, 30)) * (rng.uniform(size=(20, 30)) < 0.2))
+    y += 0.05 * rng.standard_normal(y.shape)
+    for k in (1, 3, 5):
+        np.testing.assert_allclose(
+            omp(d, y, n_nonzero_coefs=k), orthogonal_mp(d, y, n_nonzero_coefs=k), atol=1e-10
+        )
+    tol = 0.5 * float(np.median(np.sum(y * y, axis=0)))
+    np.testing.assert_allclose(omp(d, y, tol=tol), orthogonal_mp(d, y, tol=tol), atol=1e-10)
     h_tol = omp(d, y[:, 0], tol=1e-12)
     assert h_tol.shape == (20,)
+    np.testing.assert_allclose(h_tol, orthogonal_mp(d, y[:, 0], tol=1e-12), atol=1e-10)
 
 
 # ---------------------------------------------------------------------------------------
