@@ -1,9 +1,9 @@
 """The one iteration loop: stopping rule, callback, history, time limit, column retirement.
 
 Every iterative method (MSM, the proximal-gradient baselines, the MSM phases of the
-exact finish, proximal Newton) is an :class:`IterativeMethod`: it owns its iterate in its own layout and knows how to
-take one step on the columns still active.  :func:`run_iterations` does the rest, the
-same way for all of them:
+exact finish, proximal Newton) is an :class:`IterativeMethod`: it owns its iterate in its
+own layout and knows how to take one step on the columns still active.
+:func:`run_iterations` does the rest, the same way for all of them:
 
 * a column stops (retires) when ``||x_{k+1} - x_k|| <= tol * max(||x_k||, floor_c)``,
   a relative rule (scale invariant: x and the floor scale together); ``floor_c`` is the
