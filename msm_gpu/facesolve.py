@@ -145,6 +145,74 @@ def solve_passive(G, P, passive):
     return X
 
 
+def block_pivoting(G, P, passive, *, eps, max_rounds):
+    """NNLS ``min_{X >= 0} 1/2 tr(X'GX) - tr(X'P)`` by block principal pivoting (Kim & Park
+    2011, Judice & Pires' backup rule), all columns at once, NumPy.
+
+    Parameters
+    ----------
+    G : (k, k), P : (k, c) float64
+    passive : (k, c) bool
+        The starting free sets (a warm start: e.g. ``X > 0``); not modified.
+    eps : float or (c,) array
+        A zero variable with gradient ``(G X - P)_j >= -eps`` counts as optimal.
+    max_rounds : int
+        Exchange rounds at most.
+
+    Returns
+    -------
+    X : (k, c) float64
+        The last face solution, clipped at 0.
+    ok : (c,) bool
+        Columns that satisfy the KKT conditions.
+    rounds : int
+    """
+    k, c = P.shape
+    passive = np.array(passive, dtype=bool, copy=True)
+    X = solve_passive(G, P, passive)
+    grad = G @ X - P
+    p_bar = 3
+    p_vec = np.full(c, p_bar)
+    ninf = np.full(c, k + 1)
+    non_opt = (grad < -eps) & ~passive
+    infea = (X < 0) & passive
+    not_good = non_opt.sum(axis=0) + infea.sum(axis=0)
+    not_opt_cols = not_good > 0
+    rounds = 0
+    while not_opt_cols.any() and rounds < max_rounds:
+        rounds += 1
+        cols1 = not_opt_cols & (not_good < ninf)
+        cols2 = not_opt_cols & (not_good >= ninf) & (p_vec >= 1)
+        cols3 = np.flatnonzero(not_opt_cols & ~cols1 & ~cols2)
+        if cols1.any():
+            p_vec[cols1] = p_bar
+            ninf[cols1] = not_good[cols1]
+        if cols2.any():
+            p_vec[cols2] -= 1
+        for sel in (cols1, cols2):
+            if sel.any():
+                passive[:, sel] |= non_opt[:, sel]
+                passive[:, sel] &= ~infea[:, sel]
+        for col in cols3:  # backup rule: flip the last infeasible variable
+            j = np.flatnonzero(non_opt[:, col] | infea[:, col]).max()
+            passive[j, col] = not passive[j, col]
+        idx = np.flatnonzero(not_opt_cols)
+        Xs = solve_passive(G, P[:, idx], passive[:, idx])
+        Ys = G @ Xs - P[:, idx]
+        Xs[np.abs(Xs) < 1e-12 * max(float(np.abs(Xs).max(initial=0.0)), 1e-300)] = 0.0
+        X[:, idx] = Xs
+        grad[:, idx] = Ys
+        eps_idx = eps[idx] if np.ndim(eps) else eps
+        non_opt = np.zeros_like(passive)
+        infea = np.zeros_like(passive)
+        non_opt[:, idx] = (Ys < -eps_idx) & ~passive[:, idx]
+        infea[:, idx] = (Xs < 0) & passive[:, idx]
+        not_good = non_opt.sum(axis=0) + infea.sum(axis=0)
+        not_opt_cols = not_good > 0
+    np.maximum(X, 0.0, out=X)
+    return X, ~not_opt_cols, rounds
+
+
 #: Entries (systems x k x k) of one padded batch: bounds the memory of the batched solve.
 BATCH_ENTRIES = 1 << 24
 

@@ -43,7 +43,7 @@ from dataclasses import replace
 import numpy as np
 
 from .arrays import namespace, to_host
-from .facesolve import solve_passive, solve_passive_batched, solve_passive_cg
+from .facesolve import block_pivoting, solve_passive, solve_passive_batched, solve_passive_cg
 from .loop import LoopOutcome
 from .penalties import CODE_BOX, CODE_L1
 from .scaling import equilibration, row_scaled_penalty
@@ -491,7 +491,12 @@ def finish_columns(
     solver = FaceSolver(xp, a_s, method)
     y_start = faces.project(x_in / s)  # x0 may lie outside the bounds
     q = faces.states(y_start)
-    if method == "cg":
+    if method == "direct" and locked is None and solver.on_host and _is_nonnegativity(pen_s):
+        # NNLS on the host: the lean NumPy pivoting that bpp uses (same rule as pivot)
+        scale = float(np.max(np.abs(a_s)))
+        eps = 1e-12 * (scale * np.max(np.abs(y_start), axis=0) + np.max(np.abs(r_s), axis=0))
+        yf, ok, rounds = block_pivoting(a_s, -r_s, y_start > 0, eps=eps, max_rounds=MAX_ROUNDS)
+    elif method == "cg":
         # CG: identify the face with loose solves first, then solve it tightly
         solver.rtol = CG_LOOSE
         yf, q, ok, rounds = pivot(a_s, r_s, q, faces, solver, locked=locked, x_warm=y_start)
@@ -544,6 +549,15 @@ def finish_columns(
     keep = _no_increase(xp, a64, r64, x_in, x_out, penalty)
     x_out = xp.where(keep[None, :], x_out, x_in)
     return x_out, _info(xp, solver, rounds, active_iters, fallback, keep)
+
+
+def _is_nonnegativity(penalty):
+    """h = indicator(x >= 0) on every row (NonNeg, or Box(0, inf))."""
+    return (
+        penalty.code == CODE_BOX
+        and bool(np.all(np.asarray(penalty.lb) == 0.0))
+        and bool(np.all(np.asarray(penalty.ub) == np.inf))
+    )
 
 
 def _info(xp, solver, rounds, active_iters, fallback, keep):

@@ -44,7 +44,7 @@ from numba import prange
 from ..arrays import is_cupy, namespace, to_host
 from ..backends.jit import njit  # cached outside site-packages
 from ..backends.threads import blas_controller
-from ..facesolve import solve_passive as _solve_passive
+from ..facesolve import block_pivoting
 from ..penalties import NonNeg
 
 SOLVERS = ("msm", "hals", "pg", "apg", "bpp", "cgd")
@@ -300,49 +300,9 @@ def bpp(G, P, X, *, max_inner=None, inner_tol=None):
         raise ValueError("solver='bpp' runs on the CPU only (NumPy); use backend='cpu'")
     G = np.asarray(G)
     P = np.asarray(P)
-    k, c = P.shape
+    k = P.shape[0]
     eps = 1e-12 * max(float(np.abs(G).max(initial=0.0)), 1e-300)
-    passive = np.asarray(X) > 0
-    Xn = _solve_passive(G, P, passive)
-    Yg = G @ Xn - P
-    p_bar = 3
-    p_vec = np.full(c, p_bar)
-    ninf = np.full(c, k + 1)
-    non_opt = (Yg < -eps) & ~passive
-    infea = (Xn < 0) & passive
-    not_good = non_opt.sum(axis=0) + infea.sum(axis=0)
-    not_opt_cols = not_good > 0
-    rounds = 0
-    while not_opt_cols.any() and rounds < 5 * k + 10:
-        rounds += 1
-        cols1 = not_opt_cols & (not_good < ninf)
-        cols2 = not_opt_cols & (not_good >= ninf) & (p_vec >= 1)
-        cols3 = np.flatnonzero(not_opt_cols & ~cols1 & ~cols2)
-        if cols1.any():
-            p_vec[cols1] = p_bar
-            ninf[cols1] = not_good[cols1]
-        if cols2.any():
-            p_vec[cols2] -= 1
-        for sel in (cols1, cols2):
-            if sel.any():
-                passive[:, sel] |= non_opt[:, sel]
-                passive[:, sel] &= ~infea[:, sel]
-        for col in cols3:  # backup rule: flip the last infeasible variable
-            j = np.flatnonzero(non_opt[:, col] | infea[:, col]).max()
-            passive[j, col] = not passive[j, col]
-        idx = np.flatnonzero(not_opt_cols)
-        Xs = _solve_passive(G, P[:, idx], passive[:, idx])
-        Ys = G @ Xs - P[:, idx]
-        Xs[np.abs(Xs) < 1e-12 * max(float(np.abs(Xs).max(initial=0.0)), 1e-300)] = 0.0
-        Xn[:, idx] = Xs
-        Yg[:, idx] = Ys
-        non_opt = np.zeros_like(passive)
-        infea = np.zeros_like(passive)
-        non_opt[:, idx] = (Ys < -eps) & ~passive[:, idx]
-        infea[:, idx] = (Xs < 0) & passive[:, idx]
-        not_good = non_opt.sum(axis=0) + infea.sum(axis=0)
-        not_opt_cols = not_good > 0
-    np.maximum(Xn, 0.0, out=Xn)
+    Xn, _, rounds = block_pivoting(G, P, np.asarray(X) > 0, eps=eps, max_rounds=5 * k + 10)
     return Xn, max(rounds, 1)
 
 
