@@ -101,6 +101,11 @@ def prepare_solve(A, R, penalty, x0, backend, *, check_psd=True, any_size=False)
     return _finish(be, a, r, x0, dtype, penalty, scaling, _user_like(R), psd_known)
 
 
+#: |exponent| of max |D| up to which C'D and ||D||^2 are formed from D as given (products
+#: and sums stay within 2^±(SAFE_EXPONENT + 40) even for float32 with 2^40 terms).
+SAFE_EXPONENT = 40
+
+
 def prepare_least_squares(C, D, penalty, x0, backend) -> Problem:
     """Check and prepare ``least_squares(C, D, penalty, x0=x0, backend=backend)``:
     A = C'C and R = -C'D (sparse-aware), constant 1/2 ||D||^2."""
@@ -118,8 +123,18 @@ def prepare_least_squares(C, D, penalty, x0, backend) -> Problem:
     d_max = max_abs(D)
     e_d = exponent_of(d_max) if d_max > 0 else e_c
     c = ldexp(_on_backend(be, C, dtype), -e_c)
-    d = ldexp(_on_backend(be, D, dtype), -e_d)
-    constant = _half_squared_norm(d)
+    d = _on_backend(be, D, dtype)
+    if abs(e_d) <= SAFE_EXPONENT:
+        # D on a moderate scale: C'D and ||D||^2 cannot overflow, so they are formed from
+        # D as given and scaled afterwards (a power of two commutes with every product and
+        # sum: the same values as from a scaled D, where no entry is subnormal) -- no
+        # scaled copy of D (m x r)
+        constant = ldexp_float(_half_squared_norm(d), -2 * e_d)
+        d_exp = e_d
+    else:
+        d = ldexp(d, -e_d)
+        constant = _half_squared_norm(d)
+        d_exp = 0
     scaling = Scaling(x_exp=e_d - e_c, f_exp=2 * e_d, constant=constant)
     if not math.isfinite(ldexp_float(constant, scaling.f_exp)):
         raise ValueError(
@@ -138,6 +153,8 @@ def prepare_least_squares(C, D, penalty, x0, backend) -> Problem:
         r = r.toarray() if is_sparse(r) else r
     else:
         r = -(c.T @ d)
+    if d_exp:
+        r = ldexp(r, -d_exp)
     return _finish(be, a, r, x0, dtype, penalty, scaling, _user_like(D), psd_known=True)
 
 
@@ -264,7 +281,10 @@ def _on_backend(be, x, dtype):
 
 
 def _half_squared_norm(d) -> float:
-    """1/2 ||d||_F^2 in float64 (dense or sparse)."""
+    """1/2 ||d||_F^2 in float64 (dense or sparse); a BLAS dot for float64 data."""
     data = d.data if is_sparse(d) else d
     mod = module_of(data)
+    if data.dtype == mod.float64:
+        flat = mod.ravel(data)
+        return 0.5 * float(mod.dot(flat, flat))
     return 0.5 * float(mod.sum(mod.asarray(data, dtype=mod.float64) ** 2))

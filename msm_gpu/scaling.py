@@ -45,8 +45,20 @@ def ldexp(x, e: int):
     """``x * 2^e`` for a dense or sparse array (a new array; dtype kept, exact)."""
     if is_sparse(x):
         out = x.copy()
-        out.data = module_of(out.data).ldexp(out.data, e)
+        out.data = _times_power_of_two(out.data, e)
         return out
+    return _times_power_of_two(x, e)
+
+
+def _times_power_of_two(x, e: int):
+    """``x * 2^e``: a product with the power of two when 2^e is a number of x's dtype (a
+    power of two times a float is exact unless the result under/overflows, as for ldexp),
+    which is several times faster than NumPy's ``ldexp`` ufunc; ``ldexp`` otherwise."""
+    dtype = np.dtype(x.dtype)
+    if dtype.kind == "f":
+        info = np.finfo(dtype)
+        if info.minexp - info.nmant <= e < info.maxexp:
+            return x * dtype.type(2.0**e)
     return module_of(x).ldexp(x, e)
 
 

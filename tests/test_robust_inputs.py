@@ -479,3 +479,19 @@ def test_cupy_sparse_c_and_a_on_the_gpu(lsq):
     np.testing.assert_allclose(res.x.get(), x_ref, atol=1e-5)
     with pytest.raises(ValueError, match="not positive semidefinite"):
         mg.solve(cupy.asarray(INDEFINITE), cupy.asarray([-1.0, -1.0]))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_power_of_two_rescaling_is_bit_exact(dtype):
+    # scaling.ldexp multiplies by 2^e (faster than the ufunc): the same bits as np.ldexp,
+    # subnormal and overflowing results included
+    from msm_gpu.scaling import ldexp
+
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(5000) * np.exp(rng.uniform(-40, 40, 5000))).astype(dtype)
+    x[:3] = [0.0, np.finfo(dtype).tiny, np.finfo(dtype).max]
+    with np.errstate(over="ignore", under="ignore"):
+        for e in (-1074, -1022, -500, -149, -126, -60, -1, 0, 1, 60, 127, 500, 1023, 1100):
+            got = ldexp(x, e)
+            assert got.dtype == dtype and got is not x
+            np.testing.assert_array_equal(got, np.ldexp(x, e))
