@@ -289,6 +289,7 @@ def _lp_prox(xp, a, mu, p):
         zc = xp.clip(z, -1.0, 1.0)
         s = 2.0 * xp.sqrt(safe_mag / 3.0) * xp.cos(xp.acos(zc) / 3.0)
         t = s * s
+        tp = s  # t^(1/2), exactly as the Numba and CUDA proxes take it
     else:
         # Ferrari: y^3 - c y - a^2/8 = 0 with c = 2 mu / 3, largest root y > 0, then
         # s = (phi + sqrt(2 a / phi - phi^2)) / 2 with phi = sqrt(2 y).
@@ -310,8 +311,11 @@ def _lp_prox(xp, a, mu, p):
         real = (disc >= 0) & (mag > 0)
         s = 0.5 * (phi + xp.sqrt(xp.maximum(disc, xp.zeros_like(disc))))
         t = s * s * s
-    # objective difference f(t) - f(0) = 1/2 t^2 - |a| t + mu t^p
-    gain = 0.5 * t * t - mag * t + safe_mu * t**p
+        tp = s * s  # t^(2/3) from the root itself, not t**fl(2/3) (prox.cuh, cpu_kernels)
+    # objective difference f(t) - f(0) = 1/2 t^2 - |a| t + mu t^p (tie -> 0; at a few
+    # exact ties the rounded root makes it negative by an ulp: the two points' objectives
+    # are then equal to rounding and the nonzero one is returned, by all three proxes)
+    gain = 0.5 * t * t - mag * t + safe_mu * tp
     keep = real & (gain < 0)
     result = xp.where(keep, xp.sign(a) * t, xp.zeros_like(a))
     # mu == 0: plain identity
