@@ -265,6 +265,18 @@ def least_squares(C, D, penalty=None, *, x0=None, backend="auto", **options) -> 
         1/2 ||D||^2 included.  (s C, s D) gives the x of (C, D) for every s > 0 (with
         lam scaled by s^2 for L1/L0/Lp); where 1/2 ||D||^2 overflows float64 a ValueError
         names D.
+
+    Examples
+    --------
+    An l1-regularised fit whose solution is known in closed form (orthonormal columns:
+    soft thresholding of C'd at lam):
+
+    >>> import numpy as np, msm_gpu as mg
+    >>> C = np.eye(3); d = np.array([2.0, -0.3, -1.0])
+    >>> np.round(mg.least_squares(C, d, mg.L1(0.5)).x, 6)
+    array([ 1.5,  0. , -0.5])
+    >>> mg.least_squares(C, d, mg.L0(0.4)).x  # hard thresholding at sqrt(2 lam) = 0.89
+    array([ 2.,  0., -1.])
     """
     # -- dask hook: a dask D is solved block by block (msm_gpu/distributed.py) --
     if distributed.any_dask(C, D, x0):

@@ -138,6 +138,20 @@ def minimize(
         increases); ``n_iter`` outer iterations; ``info`` has ``fun_columns``,
         ``optimality`` (final measure per problem), ``hessian``, ``inner_iterations``,
         ``line_search_steps``, ``fallback_steps``, ``working_set_size``.
+
+    Examples
+    --------
+    Without a penalty, the logistic fit of two separated-but-noisy groups has a gradient
+    of zero at the answer:
+
+    >>> import numpy as np, msm_gpu as mg
+    >>> X = np.array([[0.0], [1.0], [2.0], [3.0]]); y = np.array([0.0, 1.0, 0.0, 1.0])
+    >>> res = mg.minimize(mg.Logistic(X, y), tol=1e-10)
+    >>> bool(res.converged), res.x.shape  # slope and intercept
+    (True, (2,))
+    >>> z = X[:, 0] * res.x[0] + res.x[1]
+    >>> bool(abs(np.mean((1 / (1 + np.exp(-z)) - y) * X[:, 0])) < 1e-8)
+    True
     """
     started = time.perf_counter()
     penalty = Zero() if penalty is None else v.check_penalty(penalty)
