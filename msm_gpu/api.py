@@ -42,6 +42,7 @@ def solve(
     verbose=_DEFAULTS.verbose,
     finish=_DEFAULTS.finish,
     threads=_DEFAULTS.threads,
+    _known_psd=False,
 ) -> SolveResult:
     """Minimise F(X) = 1/2 tr(X'AX) + tr(X'R) + sum_ij h(X_ij) by the Matrix Splitting Method.
 
@@ -119,6 +120,10 @@ def solve(
         Most CPU threads an MSM sweep may use.  Default: chosen from the work (one thread
         for small problems), at most the CPUs available, ``NUMBA_NUM_THREADS`` and
         ``OMP_NUM_THREADS``.  Ignored by the CUDA backend.
+    _known_psd : bool
+        Internal (proximal Newton's model Hessians X' diag(w) X): A is symmetric PSD by
+        construction, so the symmetry and PSD tests are skipped.  Not for users: a wrong
+        claim gives wrong answers.
 
     Returns
     -------
@@ -168,6 +173,7 @@ def solve(
         backend,
         check_psd=bool(check_convergence),
         any_size=finish is not None and method == "msm" and penalty.is_convex,
+        known_psd=_known_psd,
     )
     return _solve_on_backend(problem, started, options)
 

@@ -73,13 +73,20 @@ class Problem:
         return self.backend.to_user(x[:, 0] if self.one_problem else x, self.user_like)
 
 
-def prepare_solve(A, R, penalty, x0, backend, *, check_psd=True, any_size=False) -> Problem:
+def prepare_solve(
+    A, R, penalty, x0, backend, *, check_psd=True, any_size=False, known_psd=False
+) -> Problem:
     """Check and prepare ``solve(A, R, penalty, x0=x0, backend=backend)``.
 
     ``check_psd``: run the Cholesky test of :func:`msm_gpu.validation.check_psd` when
     n <= PSD_CHECK_MAX_N, or at any n with ``any_size`` (the exact finish needs it).
+    ``known_psd``: A is symmetric PSD by construction (a library caller's X' diag(w) X):
+    the symmetry and PSD tests (O(n^2) and O(n^3)) are skipped and A counts as shown PSD.
     """
-    A = v.check_square_symmetric(A, "A")
+    if known_psd:
+        A = v.check_array(A, "A", ndims=(2,))
+    else:
+        A = v.check_square_symmetric(A, "A")
     n = A.shape[0]
     R = v.check_rhs(R, n, "R")
     x0 = v.check_x0(x0, R.shape)
@@ -94,7 +101,7 @@ def prepare_solve(A, R, penalty, x0, backend, *, check_psd=True, any_size=False)
     a = ldexp(_dense_on(be, A, dtype, "A"), -e_a - 1)
     a = a + a.T
     psd_known = bool(check_psd and (n <= PSD_CHECK_MAX_N or any_size))
-    if psd_known:
+    if psd_known and not known_psd:
         with be.limit_host_blas():  # no BLAS pool spinning against Numba's (design.md)
             v.check_psd(a, "A", input_dtype=dtype, scale_exponent=e_a)
     r = ldexp(_dense_on(be, R, dtype, "R"), -e_r)

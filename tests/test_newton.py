@@ -359,3 +359,23 @@ def test_float32_stays_float32():
         mg.Logistic(x.astype(np.float32), y.astype(np.float32)), mg.L1(0.01), tol=1e-4
     )
     assert res.x.dtype == np.float32 and res.converged
+
+
+def test_inner_solves_skip_the_psd_tests_without_changing_the_answer(monkeypatch):
+    # the model Hessians are PSD by construction: minimize's inner solves skip the symmetry
+    # and Cholesky tests (solve(..., _known_psd=True)) and get the same answer
+    from msm_gpu import validation
+
+    calls = []
+    real = validation.check_psd
+    monkeypatch.setattr(validation, "check_psd", lambda *a, **k: calls.append(1) or real(*a, **k))
+    x, y = small_problem(3)
+    res = mg.minimize(mg.Logistic(x, y), mg.L1(0.001), tol=1e-10)
+    assert res.converged and not calls
+    rng = np.random.default_rng(5)
+    c = rng.normal(size=(40, 12))
+    a, r = c.T @ c, rng.normal(size=(12, 3))
+    plain = mg.solve(a, r, mg.NonNeg())
+    trusted = mg.solve(a, r, mg.NonNeg(), _known_psd=True)
+    assert calls  # the public call tests A
+    np.testing.assert_array_equal(trusted.x, plain.x)
