@@ -205,10 +205,10 @@ def minimize(
             "cuda" if any(is_cupy(a) for a in (loss.X, loss.Y, x0) if a is not None) else "cpu"
         )
     be = get_backend(backend)
-    if be.name == "cuda":
-        import cupy as xp
-    else:
+    if be.on_host:
         xp = np
+    else:
+        import cupy as xp
     dtype = v.working_dtype(loss.X, loss.Y, x0)
     data = loss.prepare(xp, dtype)
     rounding = ROUNDING_ULPS * float(np.finfo(dtype).eps)

@@ -21,6 +21,8 @@ from numbers import Integral
 
 import numpy as np
 
+from ..arrays import is_cupy
+
 INITS = (None, "random", "nndsvd", "nndsvda", "nndsvdar", "custom")
 
 
@@ -73,13 +75,6 @@ def _svd_seed(random_state):
     return random_state
 
 
-def _host(Y):
-    """Y as a NumPy array or scipy.sparse matrix (CuPy / cupyx copied to the host)."""
-    if hasattr(Y, "get") and not isinstance(Y, np.ndarray):
-        return Y.get()
-    return Y
-
-
 def initialize(Y, k, init, random_state=None, eps=1e-6):
     """Starting factors ``(W, H)`` of shapes (m, k), (k, d) for ``init`` (not "custom").
 
@@ -98,7 +93,7 @@ def initialize(Y, k, init, random_state=None, eps=1e-6):
     """
     import scipy.sparse as sp
 
-    y = _host(Y)
+    y = Y.get() if is_cupy(Y) else Y  # NumPy or scipy.sparse on the host
     m, d = y.shape
     init = resolve_init(check_init(init), k, (m, d))
     if init == "custom":
