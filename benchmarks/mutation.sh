@@ -33,7 +33,7 @@
 #   --keep-workdir        keep the temporary copy of the repository (printed at the start).
 #   -h, --help            this text.
 #
-# Needs cosmic-ray (pip install cosmic-ray==8.7.0) and the test dependencies in the active
+# Needs cosmic-ray (pip install -e ".[test,mutation]") and the test dependencies in the active
 # Python environment.  Examples:
 #   benchmarks/mutation.sh                          # everything (hours)
 #   benchmarks/mutation.sh -m splitting             # one module
@@ -97,7 +97,7 @@ if [[ $summary_only == 1 ]]; then
     exit 0
 fi
 
-command -v cosmic-ray > /dev/null || { echo "cosmic-ray not found: pip install cosmic-ray" >&2; exit 1; }
+command -v cosmic-ray > /dev/null || { echo "cosmic-ray not found: pip install -e \".[test,mutation]\"" >&2; exit 1; }
 
 # -- a copy of the repository: mutants never touch the checkout -----------------------------
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/msm-mutation.XXXXXX")
