@@ -58,15 +58,6 @@ def test_prox_and_value_raise_no_floating_point_errors(pen):
         assert np.all(np.isfinite(t)) and np.all(np.isfinite(h))
 
 
-@pytest.mark.parametrize("code", [-1, -2, 4, 7])
-def test_every_other_code_is_rejected(code):
-    x = np.ones(3)
-    with pytest.raises(ValueError, match="unknown penalty code"):
-        P.penalty_prox(x, x, code, 0.5, -np.inf, np.inf, 0.5)
-    with pytest.raises(ValueError, match="unknown penalty code"):
-        P.penalty_value(x, code, 0.5, -np.inf, np.inf, 0.5)
-
-
 def test_equality_and_hash_follow_type_and_parameters():
     assert mg.Box(0.0, 1.0) == mg.Box(0.0, 1.0)
     assert hash(mg.Box(0.0, 1.0)) == hash(mg.Box(0.0, 1.0))

@@ -72,12 +72,14 @@ def test_every_penalty_through_three_implementations(emu, name, dtype):
     np.testing.assert_allclose(hz, h_ref, rtol=tol, atol=tol)
 
 
-def test_unknown_code_reference():
+@pytest.mark.parametrize("code", [UNKNOWN, UNKNOWN + 3, -1, -2])
+def test_unknown_code_reference(code):
+    # below, between and above the known codes: no fall-through to any formula
     x = np.ones(3)
     with pytest.raises(ValueError, match="unknown penalty code"):
-        pen.penalty_prox(x, x, UNKNOWN, 0.0, -np.inf, np.inf, 0.5)
+        pen.penalty_prox(x, x, code, 0.5, -np.inf, np.inf, 0.5)
     with pytest.raises(ValueError, match="unknown penalty code"):
-        pen.penalty_value(x, UNKNOWN, 0.0, -np.inf, np.inf, 0.5)
+        pen.penalty_value(x, code, 0.5, -np.inf, np.inf, 0.5)
 
 
 def test_unknown_code_numba():
