@@ -79,7 +79,8 @@ def solve(
         A column c stops when ||x_{k+1} - x_k|| <= tol * max(||x_k||, ||r_c|| / tr(A))
         (``||x0_c||`` in place of the floor where r_c = 0), a relative rule: scaling A, R
         or x changes nothing.  The column is then no longer swept.  ``tol=0`` runs
-        exactly ``max_iter`` iterations.
+        exactly ``max_iter`` iterations (of the paper's plain MSM unless
+        ``finish="exact"``).
     max_iter : int >= 0
     time_limit : float, optional
         Stop after this many seconds (checked after every iteration).
@@ -110,8 +111,9 @@ def solve(
         Show a tqdm progress bar (iterations, objective, active columns).
     finish : {"auto", "exact", None}
         After the MSM sweeps, solve exactly on the face they found (``msm_gpu/finish.py``):
-        "auto" (default) factorises faces for n <= 400 and uses conjugate gradients above,
-        "exact" always factorises, None is the paper's plain MSM.  With a finish and a
+        "auto" (default) factorises faces for n <= 400 and uses conjugate gradients above
+        (and is skipped for ``tol=0``: a fixed number of plain MSM iterations), "exact"
+        always factorises, None is the paper's plain MSM.  With a finish and a
         convex penalty, ``converged`` means a relative KKT residual <= ``tol`` in every
         column (``info["kkt_residual"]``) and the MSM phase runs at most a few sweeps (it
         only has to find the face); for L0/Lp the finish is a support polish, kept per
@@ -209,7 +211,10 @@ def _solve_on_backend(problem, started, options):
             penalty.is_convex,
             check=opts.check_convergence,
         )
-        if opts.finish is None:  # the paper's plain MSM
+        # tol = 0 asks for exactly max_iter iterations: "auto" leaves them plain (a KKT
+        # residual of 0 is no target for a finish; "exact" still finishes)
+        plain = opts.finish is None or (opts.finish == "auto" and opts.tol == 0)
+        if plain:  # the paper's plain MSM
             stepper = MsmMethod(
                 be, a, r, x_init, penalty, splitting, opts.panel, threads=opts.threads
             )

@@ -308,6 +308,31 @@ def test_finish_none_is_the_plain_method(rng):
     assert "kkt_residual" not in whole.info and "finish" not in whole.timings
 
 
+def test_tol_zero_runs_plain_iterations_unless_exact_is_asked(rng):
+    # solve's docstring: tol=0 runs exactly max_iter iterations; "auto" adds no finish
+    # then (a KKT residual of 0 is no target), "exact" still finishes
+    a = random_psd(rng, 12)
+    r = rng.normal(size=(12, 3))
+    x0 = np.abs(rng.normal(size=(12, 3)))
+    plain = mg.solve(a, r, mg.NonNeg(), x0=x0, finish=None, tol=0, max_iter=7)
+    auto = mg.solve(a, r, mg.NonNeg(), x0=x0, tol=0, max_iter=7)  # finish="auto"
+    np.testing.assert_array_equal(auto.x, plain.x)
+    assert auto.n_iter == 7 and list(auto.n_iter_columns) == [7, 7, 7]
+    assert "kkt_residual" not in auto.info and "finish" not in auto.timings
+    exact = mg.solve(a, r, mg.NonNeg(), x0=x0, finish="exact", tol=0, max_iter=7)
+    assert "finish" in exact.timings and exact.info["finish_method"] == "direct"
+    ref = scipy.optimize.minimize(
+        lambda x: 0.5 * x @ a @ x + r[:, 0] @ x,
+        x0[:, 0],
+        jac=lambda x: a @ x + r[:, 0],
+        bounds=[(0, None)] * 12,
+        method="L-BFGS-B",
+        options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 10000},
+    )
+    f = 0.5 * exact.x[:, 0] @ a @ exact.x[:, 0] + r[:, 0] @ exact.x[:, 0]
+    assert f <= ref.fun + 1e-9 * max(1.0, abs(ref.fun))
+
+
 def test_bad_finish_value(rng):
     a = random_psd(rng, 4)
     with pytest.raises(ValueError, match="finish"):
