@@ -24,3 +24,15 @@ def objective(a, r, x, penalty):
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
+
+
+@pytest.fixture(scope="session")
+def emu(tmp_path_factory):
+    """The emulated CUDA kernels of the repository (tests/cuda_emu), built once per test
+    session, or a skip where no C++ compiler is found."""
+    from cuda_emu.harness import build_emulator, compiler_unavailable_reason
+
+    reason = compiler_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    return build_emulator(tmp_path_factory.mktemp("cuda_emu"))

@@ -50,12 +50,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="module")
-def emu(tmp_path_factory):
-    """The emulated kernels, built once per module into a temporary directory."""
-    return build_emulator(tmp_path_factory.mktemp("cuda_emu"))
-
-
 def emulated_state(launcher, problem, panel, **kwargs):
     """The real CudaSweepState on NumPy arrays, kernels run by ``launcher``."""
     p = problem

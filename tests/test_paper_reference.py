@@ -37,7 +37,6 @@ import scipy.optimize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cuda_emu.harness import build_emulator, compiler_unavailable_reason  # noqa: E402
 
 import msm_gpu as mg  # noqa: E402
 from msm_gpu.backends.cpu import CpuBackend  # noqa: E402
@@ -52,15 +51,6 @@ PANELS = [5, 16, N]
 RTOL = 1e-12  # float64: one sweep, O(n) terms per w_j; measured <= 4e-16 relative
 RTOL_LP = 1e-11  # Lp: the numerical reference (Brent + Newton), measured <= 6e-16
 MARGIN = 1e-7  # no entry of the reference within this of a discontinuity of its prox
-
-
-@pytest.fixture(scope="module")
-def emu(tmp_path_factory):
-    """The emulated CUDA kernels (built once per module), or a skip without g++."""
-    reason = compiler_unavailable_reason()
-    if reason is not None:
-        pytest.skip(reason)
-    return build_emulator(tmp_path_factory.mktemp("cuda_emu_paper"))
 
 
 # -- the reference: splitting, 1-D proxes, sweep ---------------------------------------

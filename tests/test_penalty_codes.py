@@ -26,11 +26,6 @@ needs_cxx = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="module")
-def emu(tmp_path_factory):
-    return build_emulator(tmp_path_factory.mktemp("cuda_emu_codes"))
-
-
 def test_codes_are_the_penalty_classes_codes():
     assert pen.PENALTY_CODES == {"BOX": 0, "L1": 1, "L0": 2, "LP": 3}
     classes = [pen.Zero(), pen.Box(), pen.NonNeg(), pen.L1(1.0), pen.NonNegL1(1.0)]

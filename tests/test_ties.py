@@ -39,37 +39,22 @@ documented in ``penalties._lp_prox``).  ``Lp(121.5, 2/3)`` at w = -54 (tie betwe
 
 from __future__ import annotations
 
-import sys
 import zlib
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import msm_gpu as mg
+from msm_gpu.backends.cpu import CpuBackend
+from msm_gpu.backends.cpu_kernels import prox_scalar
+from msm_gpu.backends.cuda import CudaSweepState
+from msm_gpu.penalties import CODE_L0, CODE_LP
+from msm_gpu.splitting import make_splitting
 
-from cuda_emu.harness import build_emulator, compiler_unavailable_reason  # noqa: E402
-
-import msm_gpu as mg  # noqa: E402
-from msm_gpu.backends.cpu import CpuBackend  # noqa: E402
-from msm_gpu.backends.cpu_kernels import prox_scalar  # noqa: E402
-from msm_gpu.backends.cuda import CudaSweepState  # noqa: E402
-from msm_gpu.penalties import CODE_L0, CODE_LP  # noqa: E402
-from msm_gpu.splitting import make_splitting  # noqa: E402
-
-NO_CXX = compiler_unavailable_reason()
 DTYPES = [np.float64, np.float32]
 IMPLEMENTATIONS = ["reference", "numba", "device"]
 LAYOUTS = ["fused", "resident", "panel"]
-
-
-@pytest.fixture(scope="module")
-def emu(tmp_path_factory):
-    """The emulated CUDA kernels (built once per module), or a skip without g++."""
-    if NO_CXX is not None:
-        pytest.skip(NO_CXX)
-    return build_emulator(tmp_path_factory.mktemp("cuda_emu_ties"))
 
 
 # -- the three implementations of the prox ------------------------------------------
