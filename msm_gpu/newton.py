@@ -141,8 +141,8 @@ def minimize(
 
     Examples
     --------
-    Without a penalty, the logistic fit of two separated-but-noisy groups has a gradient
-    of zero at the answer:
+    Without a penalty, the logistic fit of labels that no threshold separates (so the
+    maximum-likelihood fit is finite) has a gradient of zero at the answer:
 
     >>> import numpy as np, msm_gpu as mg
     >>> X = np.array([[0.0], [1.0], [2.0], [3.0]]); y = np.array([0.0, 1.0, 0.0, 1.0])

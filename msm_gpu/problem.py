@@ -100,10 +100,11 @@ def prepare_solve(
     # 0.5 (A + A') / 2^e_a, exact: makes A exactly symmetric for the folded sweep
     a = ldexp(_dense_on(be, A, dtype, "A"), -e_a - 1)
     a = a + a.T
-    psd_known = bool(check_psd and (n <= PSD_CHECK_MAX_N or any_size))
-    if psd_known and not known_psd:
+    psd_known = known_psd
+    if not known_psd and check_psd and (n <= PSD_CHECK_MAX_N or any_size):
         with be.limit_host_blas():  # no BLAS pool spinning against Numba's (design.md)
             v.check_psd(a, "A", input_dtype=dtype, scale_exponent=e_a)
+        psd_known = True
     r = ldexp(_dense_on(be, R, dtype, "R"), -e_r)
     return _finish(be, a, r, x0, dtype, penalty, scaling, _user_like(R), psd_known)
 

@@ -69,7 +69,7 @@ def test_every_penalty_through_three_implementations(emu, name, dtype):
 
 @pytest.mark.parametrize("code", [UNKNOWN, UNKNOWN + 3, -1, -2])
 def test_unknown_code_reference(code):
-    # below, between and above the known codes: no fall-through to any formula
+    # codes below and above the known ones: no fall-through to any formula
     x = np.ones(3)
     with pytest.raises(ValueError, match="unknown penalty code"):
         pen.penalty_prox(x, x, code, 0.5, -np.inf, np.inf, 0.5)
