@@ -320,7 +320,8 @@ def test_tol_zero_runs_plain_iterations_unless_exact_is_asked(rng):
     assert auto.n_iter == 7 and list(auto.n_iter_columns) == [7, 7, 7]
     assert "kkt_residual" not in auto.info and "finish" not in auto.timings
     exact = mg.solve(a, r, mg.NonNeg(), x0=x0, finish="exact", tol=0, max_iter=7)
-    assert "finish" in exact.timings and exact.info["finish_method"] == "direct"
+    assert "finish" in exact.timings and exact.info["finish_method"] == "active_set"
+    assert exact.n_iter == 7  # tol = 0: the sweeps asked for, before the finish
     ref = scipy.optimize.minimize(
         lambda x: 0.5 * x @ a @ x + r[:, 0] @ x,
         x0[:, 0],
@@ -347,7 +348,7 @@ def test_exact_and_auto_agree(rng):
     auto = mg.nnls(c, d, finish="auto")
     exact = mg.nnls(c, d, finish="exact")
     np.testing.assert_allclose(auto.x, exact.x, atol=1e-10)
-    assert exact.info["finish_method"] == "direct"
+    assert exact.info["finish_method"] == "active_set"  # NNLS, n <= ACTIVE_SET_MAX_N
 
 
 def test_inputs_untouched(rng):
@@ -403,9 +404,11 @@ def test_large_n_uses_cg_and_is_exact(rng):
     n = finish.DIRECT_MAX_N + 20
     c = np.abs(rng.normal(size=(n + 100, n)))
     d = np.abs(rng.normal(size=(n + 100, 3)))
-    res = mg.nnls(c, d)
+    # a box whose upper bound stays inactive: NNLS's answer, but not the NNLS active set
+    res = mg.least_squares(c, d, mg.Box(0.0, 1e3))
     assert res.info["finish_method"] == "cg" and res.converged
     ref = np.column_stack([scipy.optimize.nnls(c, d[:, k])[0] for k in range(3)])
+    assert ref.max() < 1e3
     np.testing.assert_allclose(res.x, ref, rtol=0, atol=1e-8)
 
 
@@ -417,6 +420,15 @@ def test_face_method_per_backend():
     assert finish.face_method("auto", n, on_host=False) == "cg"
     assert finish.face_method("auto", lim_dev, on_host=False) == "direct"
     assert finish.face_method("exact", 10 * lim_host, on_host=False) == "direct"
+    # NNLS on the host up to ACTIVE_SET_MAX_N: the per-column active set, whatever finish
+    lim_as = finish.ACTIVE_SET_MAX_N
+    for mode in ("auto", "exact"):
+        assert finish.face_method(mode, lim_as, True, mg.NonNeg()) == "active_set"
+        assert finish.face_method(mode, lim_as, True, mg.Box(0.0, np.inf)) == "active_set"
+        assert finish.face_method(mode, 5, False, mg.NonNeg()) == "direct"  # GPU
+        assert finish.face_method(mode, 5, True, mg.Box(0.0, 1.0)) == "direct"
+        assert finish.face_method(mode, 5, True, mg.NonNegL1(0.1)) == "direct"
+    assert finish.face_method("auto", lim_as + 1, True, mg.NonNeg()) == "cg"
 
 
 # -- GPU --------------------------------------------------------------------------------------
