@@ -230,6 +230,7 @@ def _solve_on_backend(problem, started, options):
                 finish=opts.finish,
                 panel=opts.panel,
                 psd_known=problem.psd_known,
+                fine=problem.fine,
                 threads=opts.threads,
                 **loop_options,
             )
@@ -295,7 +296,8 @@ def least_squares(C, D, penalty=None, *, x0=None, backend="auto", **options) -> 
     started = time.perf_counter()
     penalty = Zero() if penalty is None else v.check_penalty(penalty)
     options = SolveOptions.from_keywords(**options)
-    problem = prepare_least_squares(C, D, penalty, x0, backend)
+    finished = options.finish is not None and options.method == "msm"
+    problem = prepare_least_squares(C, D, penalty, x0, backend, fine_gram=finished)
     return _solve_on_backend(problem, started, options)
 
 

@@ -463,6 +463,7 @@ def finish_columns(
     fallback_rounds=10,
     fallback_sweeps=5,
     threads=None,
+    fine=None,
 ):
     """Finish the MSM iterate ``x`` (n x c) of min 1/2 x'Ax + x'r + h(x), per column.
 
@@ -484,6 +485,9 @@ def finish_columns(
         for the columns the pivoting left violating KKT.
     threads : int, optional
         Most host threads of the "active_set" solve.
+    fine : (a, r) float64 arrays, optional
+        The same a and r formed in float64 (float32 least squares): the finish solves
+        this problem, not the rounded float32 one.
 
     Returns
     -------
@@ -491,6 +495,8 @@ def finish_columns(
     info : dict
     """
     xp = namespace(a, r, x)
+    if fine is not None:
+        a, r = fine
     a64 = xp.astype(a, xp.float64, copy=False)
     r64 = xp.astype(r, xp.float64, copy=False)
     x_in = xp.astype(x, xp.float64, copy=False)
@@ -659,7 +665,19 @@ FINISH_SKIPPED = "A was not shown positive semidefinite (check_convergence=False
 
 
 def run_msm_finished(
-    backend, a, r, x0, penalty, splitting, *, finish, panel, psd_known=True, threads=None, **loop
+    backend,
+    a,
+    r,
+    x0,
+    penalty,
+    splitting,
+    *,
+    finish,
+    panel,
+    psd_known=True,
+    threads=None,
+    fine=None,
+    **loop,
 ):
     """MSM sweeps through :func:`msm_gpu.loop.run_iterations`, then the exact finish.
 
@@ -674,6 +692,8 @@ def run_msm_finished(
     ``psd_known``: A was shown positive semidefinite (C'C, or the PSD test passed); the
     face solves of a convex finish need it, so without it the plain MSM run (to its own
     stopping rule) is returned, with ``info["finish_skipped"]`` saying why.
+    ``fine``: a and r in float64 for a float32 problem (``Problem.fine``): the finish
+    and the reported KKT residual use them.
     ``loop`` holds the keywords of ``run_iterations`` (tol, max_iter, time_limit,
     record_objective, callback, to_user, start_time, ...).  Returns its
     :class:`~msm_gpu.loop.LoopOutcome`, with ``info`` extended by the finish details
@@ -743,7 +763,7 @@ def run_msm_finished(
     if not stopped:
         with _blas_threads(backend, n, c):
             x64, details = finish_columns(
-                a, r, x, penalty, method=method, tol=tol, sweep=sweep, threads=threads
+                a, r, x, penalty, method=method, tol=tol, sweep=sweep, threads=threads, fine=fine
             )
         if a.dtype == xp.float64:
             known = details.get("_f_columns"), details.get("_kkt_residual")
@@ -753,7 +773,7 @@ def run_msm_finished(
         x = xp.astype(x64, a.dtype)
     f_cols, kkt = known
     if kkt is None:
-        kkt = kkt_residual(a, r, x, penalty)
+        kkt = kkt_residual(*(fine if fine is not None else (a, r)), x, penalty)
     info["kkt_residual"] = kkt
     if f_cols is not None:
         pass  # from the finish

@@ -44,7 +44,7 @@ from .backends.threads import run_ranges, sweep_threads, thread_cap
 FAST = {"reassoc", "contract"}
 
 #: Faces with at most SCHUR_MAX_FRACTION n variables at 0 are solved through G^{-1} (a
-#: Schur complement of size |B|, :func:`_schur_solve`) when cond(G) <= SCHUR_MAX_COND:
+#: Schur complement of size |B|, :func:`_schur_solve`) when cond_1(G) <= SCHUR_MAX_COND:
 #: its error, cond(G) eps, is removed by one step of iterative refinement (above
 #: REFINE_COND).
 SCHUR_MAX_FRACTION = 0.34
@@ -459,13 +459,16 @@ def _full_factor(G):
 
 
 def _inverse_for_schur(G, L_all):
-    """G^{-1}, whether its solves need refining (cond(G) > :data:`REFINE_COND`) and the
-    most variables at 0 for the Schur-complement solves, when cond(G) <=
-    :data:`SCHUR_MAX_COND` (else an empty array: no Schur phase).
+    """G^{-1}, whether its solves need refining and the most variables at 0 for the
+    Schur-complement solves, when G is positive definite with condition number
+    ||G||_1 ||G^{-1}||_1 <= :data:`SCHUR_MAX_COND` (else an empty array: no Schur phase);
+    refined above :data:`REFINE_COND`.
 
     ``L_all`` is G's Cholesky factor (empty if G is not numerically positive definite).
-    LAPACK runs on one thread above n = 128: its threads spin against a busy neighbour's
-    (eigvalsh of n = 1000 took 2.2 s on two threads next to a NumPy GEMM loop, 0.1 s on one).
+    The inverse is formed in Numba up to n = 128 and by LAPACK on one thread above: BLAS
+    threads left spinning after a call take the CPU the column threads need (a quarter of
+    the samples of a single-threaded run at n = 60), and a threaded LAPACK next to a busy
+    neighbour is slow (eigvalsh of n = 1000: 2.2 s on two threads, 0.1 s on one).
     """
     import scipy.linalg
 
@@ -473,25 +476,44 @@ def _inverse_for_schur(G, L_all):
     none = np.zeros((0, 0)), False, 0
     if n == 0 or L_all.shape[0] != n:
         return none
-    with _serial_lapack(n):
-        w = np.linalg.eigvalsh(G)
-        if w[0] <= 0 or w[-1] > SCHUR_MAX_COND * w[0]:
+    if n <= 128:
+        h = _inverse_from_factor(L_all)
+    else:
+        from .backends.threads import blas_controller
+
+        with blas_controller().limit(limits=1, user_api="blas"):
+            inv, info = scipy.linalg.lapack.dpotri(L_all, lower=1)
+        if info != 0:
             return none
-        inv, info = scipy.linalg.lapack.dpotri(L_all, lower=1)
-    if info != 0:
+        lower = np.tril(inv)
+        h = np.ascontiguousarray(lower + np.tril(lower, -1).T)
+    cond = np.abs(G).sum(axis=0).max() * np.abs(h).sum(axis=0).max()
+    if not np.isfinite(cond) or cond > SCHUR_MAX_COND:
         return none
-    lower = np.tril(inv)
-    h = np.ascontiguousarray(lower + np.tril(lower, -1).T)
-    return h, bool(w[-1] > REFINE_COND * w[0]), max(2, int(SCHUR_MAX_FRACTION * n))
+    return h, bool(cond > REFINE_COND), max(2, int(SCHUR_MAX_FRACTION * n))
 
 
-def _serial_lapack(n):
-    """One BLAS/LAPACK thread for n > 128 (no change below: small calls run serially)."""
-    from contextlib import nullcontext
-
-    from .backends.threads import blas_controller
-
-    return blas_controller().limit(limits=1, user_api="blas") if n > 128 else nullcontext()
+@njit(nogil=True, fastmath=FAST)
+def _inverse_from_factor(L):
+    """G^{-1} = L^{-T} L^{-1} from the Cholesky factor L of G (lower, row-major)."""
+    n = L.shape[0]
+    inv = np.zeros((n, n))  # L^{-1}, lower
+    for j in range(n):
+        inv[j, j] = 1.0 / L[j, j]
+        for i in range(j + 1, n):
+            acc = 0.0
+            for t in range(j, i):
+                acc -= L[i, t] * inv[t, j]
+            inv[i, j] = acc / L[i, i]
+    h = np.empty((n, n))
+    for i in range(n):
+        for j in range(i + 1):
+            acc = 0.0
+            for t in range(i, n):
+                acc += inv[t, i] * inv[t, j]
+            h[i, j] = acc
+            h[j, i] = acc
+    return h
 
 
 def nnls_active_set(G, P, X0=None, *, tol=1e-12, max_iter=None, threads=None):

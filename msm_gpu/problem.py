@@ -11,7 +11,7 @@ units and refuses to call a non-finite answer converged.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -54,6 +54,10 @@ class Problem:
     psd_known : bool
         A is known to be positive semidefinite: formed as C'C, or the PSD test passed
         (the exact finish's face solves rely on it).
+    fine : (a, r) of float64 backend arrays, or None
+        Least squares in float32: C'C and -C'D formed in float64 from the same (rescaled)
+        C and D, for the exact finish (the float32 products are off by ~ 6e-8 relative,
+        which the finish would then solve exactly).  None otherwise.
     """
 
     backend: object
@@ -66,6 +70,7 @@ class Problem:
     one_problem: bool
     x_floor: np.ndarray
     psd_known: bool = False
+    fine: object = None
 
     def to_user(self, x):
         """The user's X (array kind, shape, units) from an internal (n, r) iterate."""
@@ -114,9 +119,12 @@ def prepare_solve(
 SAFE_EXPONENT = 40
 
 
-def prepare_least_squares(C, D, penalty, x0, backend) -> Problem:
+def prepare_least_squares(C, D, penalty, x0, backend, *, fine_gram=False) -> Problem:
     """Check and prepare ``least_squares(C, D, penalty, x0=x0, backend=backend)``:
-    A = C'C and R = -C'D (sparse-aware), constant 1/2 ||D||^2."""
+    A = C'C and R = -C'D (sparse-aware), constant 1/2 ||D||^2.
+
+    ``fine_gram``: for a working dtype below float64, form A and R in float64
+    (``Problem.fine``, for the exact finish) and round those for the sweeps."""
     C = v.check_array(C, "C", ndims=(2,))
     D = v.check_array(D, "D")
     if D.shape[0] != C.shape[0]:
@@ -153,17 +161,51 @@ def prepare_least_squares(C, D, penalty, x0, backend) -> Problem:
     _check_range(scaling, dtype, "max |D|^2", "max |D| / max |C|")
     if is_sparse(c):
         _check_dense_size(n, dtype, "C", "A = C'C")
-        a = (c.T @ c).toarray()
+    fine = None
+    if fine_gram and np.dtype(dtype) != np.float64:
+        # the finish solves the problem of these float32 numbers: A and R in float64;
+        # the sweeps get them rounded to float32 (closer than float32 products)
+        fine = _gram_in_float64(be, c, d, d_exp)
+        a = be.xp.astype(fine[0], dtype)
+        r = be.xp.astype(fine[1], dtype)
+        if len(d.shape) == 1:
+            r = r[:, 0]
     else:
-        a = be.xp.matmul(c.T, c)
-    if is_sparse(d):
-        r = -((d.T @ c).T)  # sparse @ (dense or sparse)
-        r = r.toarray() if is_sparse(r) else r
-    else:
-        r = -(c.T @ d)
+        a = (c.T @ c).toarray() if is_sparse(c) else be.xp.matmul(c.T, c)
+        if is_sparse(d):
+            r = -((d.T @ c).T)  # sparse @ (dense or sparse)
+            r = r.toarray() if is_sparse(r) else r
+        else:
+            r = -(c.T @ d)
+        if d_exp:
+            r = ldexp(r, -d_exp)
+    problem = _finish(be, a, r, x0, dtype, penalty, scaling, _user_like(D), psd_known=True)
+    return problem if fine is None else replace(problem, fine=fine)
+
+
+#: Columns of D converted to float64 at a time by :func:`_gram_in_float64` (memory bound).
+FINE_BLOCK_ENTRIES = 1 << 22
+
+
+def _gram_in_float64(be, c, d, d_exp):
+    """C'C and -C'D / 2^d_exp in float64 from the rescaled float32 C and D (the conversion
+    is exact), D converted a block of columns at a time; on the backend, shaped (n, r)."""
+    xp = be.xp
+    c64 = c.astype(np.float64)
+    a = (c64.T @ c64).toarray() if is_sparse(c64) else xp.matmul(c64.T, c64)
+    one = len(d.shape) == 1
+    if one:
+        d = d.reshape(-1, 1) if is_sparse(d) else xp.reshape(d, (-1, 1))
+    m, r_cols = d.shape
+    r = xp.empty((c.shape[1], r_cols), dtype=xp.float64)
+    step = max(1, FINE_BLOCK_ENTRIES // max(m, 1))
+    for start in range(0, r_cols, step):
+        block = d[:, start : start + step].astype(np.float64)
+        prod = (block.T @ c64).T if is_sparse(block) else c64.T @ block
+        r[:, start : start + step] = -(prod.toarray() if is_sparse(prod) else prod)
     if d_exp:
         r = ldexp(r, -d_exp)
-    return _finish(be, a, r, x0, dtype, penalty, scaling, _user_like(D), psd_known=True)
+    return a, r
 
 
 def _finish(be, a, r, x0, dtype, penalty, scaling, user_like, psd_known) -> Problem:
@@ -292,7 +334,11 @@ def _half_squared_norm(d) -> float:
     """1/2 ||d||_F^2 in float64 (dense or sparse); a BLAS dot for float64 data."""
     data = d.data if is_sparse(d) else d
     mod = module_of(data)
+    flat = mod.ravel(data)
     if data.dtype == mod.float64:
-        flat = mod.ravel(data)
         return 0.5 * float(mod.dot(flat, flat))
-    return 0.5 * float(mod.sum(mod.asarray(data, dtype=mod.float64) ** 2))
+    total = 0.0  # in float64, a slice at a time (no full-size float64 temporaries)
+    for start in range(0, flat.size, FINE_BLOCK_ENTRIES):
+        part = flat[start : start + FINE_BLOCK_ENTRIES].astype(mod.float64)
+        total += float(mod.dot(part, part))
+    return 0.5 * total

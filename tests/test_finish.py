@@ -12,12 +12,14 @@ import itertools
 import numpy as np
 import pytest
 import scipy.optimize
+import scipy.sparse
 from conftest import objective, random_psd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import msm_gpu as mg
 from msm_gpu import finish
+from msm_gpu import problem as problem_module
 from msm_gpu.facesolve import solve_passive, solve_passive_batched, solve_passive_cg
 
 # -- SciPy's own NNLS test situations ----------------------------------------------------
@@ -281,19 +283,54 @@ def test_l0_polish_gives_least_squares_on_the_support(rng):
 # -- dtypes, options, the plain method ------------------------------------------------------
 
 
-def test_float32_inputs(rng):
-    c = np.abs(rng.normal(size=(60, 20))).astype(np.float32)
-    d = np.abs(rng.normal(size=(60, 30))).astype(np.float32)
-    res = mg.nnls(c, d)
-    assert res.x.dtype == np.float32
-    assert res.converged
-    # the exact solution of the float32 data (in float64): agreement to float32 rounding
-    c64, d64 = c.astype(np.float64), d.astype(np.float64)
-    ref = np.column_stack([scipy.optimize.nnls(c64, d64[:, k])[0] for k in range(30)])
-    np.testing.assert_allclose(res.x, ref, rtol=0, atol=1e-4 * np.abs(ref).max())
-    f = 0.5 * np.sum((c64 @ res.x.astype(np.float64) - d64) ** 2)
-    f_ref = 0.5 * np.sum((c64 @ ref - d64) ** 2)
-    assert f - f_ref <= 1e-6 * f_ref
+def gaussian_peaks(m, n):
+    """Columns of Gaussian peaks: cond(C'C) ~ 1e6 (bench_nnls's spectra)."""
+    t = np.linspace(0, 1, m)[:, None]
+    return np.exp(-0.5 * ((t - np.linspace(0.02, 0.98, n)) / 0.02) ** 2)
+
+
+@pytest.mark.parametrize("penalty", [mg.NonNeg(), mg.Box(0.0, 0.8)])
+@pytest.mark.parametrize("kind", ["dense", "sparse", "one_column"])
+def test_float32_inputs_get_the_answer_of_their_data(rng, monkeypatch, penalty, kind):
+    # the finish solves the float32 data's problem with C'C and C'D formed in float64:
+    # x is the exact answer (SciPy in float64 on the same float32 numbers) to float32
+    # rounding, even at cond(C'C) ~ 1e6 (the float32 Gram matrix alone gave x to ~1e-2)
+    monkeypatch.setattr(problem_module, "FINE_BLOCK_ENTRIES", 1000)  # several D blocks
+    c = gaussian_peaks(200, 40).astype(np.float32)
+    x_true = np.abs(rng.normal(size=(40, 12))) * (rng.uniform(size=(40, 12)) < 0.5)
+    d = (c @ x_true + 0.01 * rng.normal(size=(200, 12))).astype(np.float32)
+    if kind == "one_column":
+        d = d[:, 0]
+    c_in, d_in = (
+        (scipy.sparse.csr_matrix(c), scipy.sparse.csr_matrix(d)) if kind == "sparse" else (c, d)
+    )
+    res = mg.least_squares(c_in, d_in, penalty)
+    assert res.x.dtype == np.float32 and res.converged
+    c64, d64 = c.astype(np.float64), d.astype(np.float64).reshape(200, -1)
+    ub = float(penalty.ub)  # NonNeg: inf
+    ref = np.column_stack(
+        [
+            scipy.optimize.lsq_linear(c64, d64[:, k], bounds=(0, ub), tol=1e-14).x
+            for k in range(d64.shape[1])
+        ]
+    )
+    x = res.x.astype(np.float64).reshape(40, -1)
+    np.testing.assert_allclose(x, ref, rtol=0, atol=1e-6 * np.abs(ref).max())
+
+
+def test_float64_gram_only_for_a_finished_float32_least_squares(rng):
+    c = rng.uniform(size=(30, 6))
+    d = rng.uniform(size=(30, 4))
+    args = (mg.NonNeg(), None, "cpu")
+    assert problem_module.prepare_least_squares(c, d, *args, fine_gram=True).fine is None
+    c32, d32 = c.astype(np.float32), d.astype(np.float32)
+    assert problem_module.prepare_least_squares(c32, d32, *args).fine is None
+    prob = problem_module.prepare_least_squares(c32, d32, *args, fine_gram=True)
+    a64, r64 = prob.fine
+    assert a64.dtype == r64.dtype == np.float64 and r64.shape == prob.r.shape
+    # the same rescaled problem, formed in float64 from the same float32 numbers
+    np.testing.assert_allclose(a64, prob.a, rtol=1e-6)
+    np.testing.assert_allclose(r64, prob.r, rtol=1e-6, atol=1e-6)
 
 
 def test_finish_none_is_the_plain_method(rng):
