@@ -18,7 +18,15 @@ import numpy as np
 from . import validation as v
 from .arrays import is_cupy, is_sparse, module_of, to_host
 from .backends import get_backend
-from .scaling import Scaling, exponent_of, ldexp, ldexp_float, max_abs, scaled_penalty
+from .scaling import (
+    Scaling,
+    exponent_of,
+    host_float_stats,
+    ldexp,
+    ldexp_float,
+    max_abs,
+    scaled_penalty,
+)
 
 #: A sparse A or C'C is made dense only up to this many bytes (MSM sweeps a dense A).
 DENSE_LIMIT_BYTES = 4 * 2**30
@@ -126,7 +134,10 @@ def prepare_least_squares(C, D, penalty, x0, backend, *, fine_gram=False) -> Pro
     ``fine_gram``: for a working dtype below float64, form A and R in float64
     (``Problem.fine``, for the exact finish) and round those for the sweeps."""
     C = v.check_array(C, "C", ndims=(2,))
-    D = v.check_array(D, "D")
+    stats = host_float_stats(D)  # one pass over a dense D: finite, max |D|, ||D||^2
+    D = v.check_array(D, "D", check_finite=stats is None)
+    if stats is not None and not stats[0]:
+        raise ValueError("D contains NaN or Inf")
     if D.shape[0] != C.shape[0]:
         raise ValueError(
             f"D must have {C.shape[0]} rows to match C {tuple(C.shape)}, got shape {tuple(D.shape)}"
@@ -136,16 +147,20 @@ def prepare_least_squares(C, D, penalty, x0, backend, *, fine_gram=False) -> Pro
     be = get_backend(backend, C, D, x0)
     dtype = v.working_dtype(C, D, x0)
     e_c = exponent_of(max_abs(C))
-    d_max = max_abs(D)
+    d_max = max_abs(D) if stats is None else stats[1]
     e_d = exponent_of(d_max) if d_max > 0 else e_c
     c = ldexp(_on_backend(be, C, dtype), -e_c)
-    d = _on_backend(be, D, dtype)
+    if be.on_host and isinstance(D, np.ndarray) and D.dtype == dtype:
+        d = D  # only read from here on: no copy of the largest input
+    else:
+        d = _on_backend(be, D, dtype)
     if abs(e_d) <= SAFE_EXPONENT:
         # D on a moderate scale: C'D and ||D||^2 cannot overflow, so they are formed from
         # D as given and scaled afterwards (a power of two commutes with every product and
         # sum: the same values as from a scaled D, where no entry is subnormal) -- no
         # scaled copy of D (m x r)
-        constant = ldexp_float(_half_squared_norm(d), -2 * e_d)
+        half_sq = _half_squared_norm(d) if stats is None else 0.5 * stats[2]
+        constant = ldexp_float(half_sq, -2 * e_d)
         d_exp = e_d
     else:
         d = ldexp(d, -e_d)

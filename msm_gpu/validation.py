@@ -23,8 +23,9 @@ def working_dtype(*arrays):
     return np.dtype(np.float64)
 
 
-def check_array(x, name, *, ndims=(1, 2)):
-    """Refuse non-numeric, empty, wrongly shaped or non-finite arrays.
+def check_array(x, name, *, ndims=(1, 2), check_finite=True):
+    """Refuse non-numeric, empty, wrongly shaped or non-finite arrays (the last test
+    skipped with ``check_finite=False``: the caller did it).
 
     Accepts what NumPy accepts (lists, tuples, memoryviews, ``np.matrix``, objects with
     ``__array__``), CuPy arrays and SciPy / CuPy sparse matrices.  Returns a NumPy array
@@ -53,7 +54,7 @@ def check_array(x, name, *, ndims=(1, 2)):
     if kind not in "biuf":
         raise TypeError(f"{name} must hold real numbers, got dtype {x.dtype}")
     _check_shape(x.shape, name, ndims)
-    if kind == "f":
+    if kind == "f" and check_finite:
         finite = bool(np.isfinite(x).all()) if not is_cupy(x) else bool(_cupy_finite(x))
         if not finite:
             raise ValueError(f"{name} contains NaN or Inf")

@@ -495,3 +495,23 @@ def test_power_of_two_rescaling_is_bit_exact(dtype):
             got = ldexp(x, e)
             assert got.dtype == dtype and got is not x
             np.testing.assert_array_equal(got, np.ldexp(x, e))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_one_pass_stats_of_d_match_numpy(rng, dtype):
+    from msm_gpu.scaling import host_float_stats
+
+    d = rng.normal(size=(40, 30)).astype(dtype) * 1e3
+    for x in (d, d[::2, 3:], d.T, d[:, 0]):  # contiguous, strided, transposed, 1-D
+        finite, biggest, squares = host_float_stats(x)
+        x64 = x.astype(np.float64)
+        assert finite and biggest == np.abs(x64).max()
+        assert squares == pytest.approx(np.sum(x64**2), rel=1e-12)
+    for bad in (np.inf, -np.inf, np.nan):
+        e = d.copy()
+        e[3, 4] = bad
+        assert host_float_stats(e)[0] is False
+        with pytest.raises(ValueError, match="D contains NaN or Inf"):
+            mg.nnls(rng.uniform(size=(40, 5)), e)
+    assert host_float_stats(np.ones((3, 3), dtype=np.int64)) is None
+    assert host_float_stats([1.0, 2.0]) is None
