@@ -7,6 +7,10 @@ checks the KKT conditions and exchanges the variables that violate them (block p
 pivoting, Kim & Park 2011 / Judice & Pires 1994, generalised below to every convex penalty
 of the library).
 
+NNLS on the host (n <= ACTIVE_SET_MAX_N) takes a shorter road: no sweeps, Lawson &
+Hanson's active set per column from x0 (:mod:`msm_gpu.nnls_columns`), measured faster
+than sweeps + face solves on every benchmark shape (``benchmarks/bench_nnls.py``).
+
 Convex penalties as piecewise-linear pieces
 -------------------------------------------
 Every convex h of the library (Zero, NonNeg, Box, L1, NonNegL1) is, per row j, linear with
