@@ -101,13 +101,16 @@ def test_zero_factor_column_does_not_break_hals():
 # -- sparse input -----------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("finish", ["exact", None])
 @pytest.mark.parametrize("solver", SOLVERS)
-def test_sparse_and_dense_give_the_same_result(solver):
+def test_sparse_and_dense_give_the_same_result(solver, finish):
     rng = np.random.default_rng(5)
     Y = rng.random((40, 60))
     Y[rng.random(Y.shape) > 0.2] = 0.0
-    # a fixed inner budget: "auto" gives sparse Y fewer sweeps (its Gram products are cheaper)
+    # a fixed inner budget: "auto" gives sparse Y fewer sweeps (its Gram products are
+    # cheaper); the finish fixed too ("auto" finishes sparse Y only)
     kw = {"solver": solver, "max_iter": 10, "tol": 0, "random_state": 3, "inner_iter": 4}
+    kw["finish"] = finish
     Wd, Hd, infod = nmf(Y, 5, **kw)
     Ws, Hs, infos = nmf(sp.csr_matrix(Y), 5, **kw)
     np.testing.assert_allclose(Ws, Wd, rtol=1e-7, atol=1e-9)
@@ -310,3 +313,47 @@ def test_auto_inner_iter_budget():
     assert ns.auto_inner_iter(1797, 64, 20, 1797 * 64) > ns.auto_inner_iter(64, 1797, 20, 1797 * 64)
     assert ns.auto_inner_iter(10, 10**6, 50, 10**7) == 1
     assert ns.auto_inner_iter(10**6, 10, 5, 10**7, cap=30) == 30
+
+
+def test_finish_of_the_msm_half_steps(monkeypatch):
+    # "exact": every msm half-step ends at the exact NNLS solution of its (G, P), so the
+    # factors after one outer iteration are bpp's from the MSM iterate; "auto" finishes
+    # sparse Y only; None never; the other solvers ignore it
+    from msm_gpu.apps import nmf_solvers as ns
+
+    calls = []
+    real = ns._active_set_finish
+    monkeypatch.setattr(ns, "_active_set_finish", lambda *a: calls.append(1) or real(*a))
+    rng = np.random.default_rng(8)
+    Y = rng.random((30, 40))
+    Y[rng.random(Y.shape) > 0.3] = 0.0
+    kw = {"max_iter": 3, "tol": 0, "random_state": 0}
+    for finish, data, solver, expected in (
+        ("exact", Y, "msm", 6),
+        ("auto", sp.csr_matrix(Y), "msm", 6),
+        ("auto", Y, "msm", 0),
+        (None, sp.csr_matrix(Y), "msm", 0),
+        ("exact", Y, "hals", 0),
+    ):
+        calls.clear()
+        nmf(data, 4, solver=solver, finish=finish, **kw)
+        assert len(calls) == expected, (finish, solver)
+    # the finished W-step is optimal: KKT of min_{W >= 0} 1/2 ||Y - W H||^2 at the final H
+    # (extrapolation off: the W-step used that H); plain MSM steps are not
+    for finish, exact in (("exact", True), (None, False)):
+        W, H, _ = nmf(
+            Y,
+            4,
+            solver="msm",
+            finish=finish,
+            max_iter=1,
+            tol=0,
+            random_state=0,
+            extrapolation=False,
+        )
+        grad = (W @ H - Y) @ H.T
+        scale = np.abs(Y @ H.T).max()
+        kkt = np.where(W > 0, np.abs(grad), np.maximum(-grad, 0.0)).max() / scale
+        assert (W >= 0).all() and (kkt < 1e-10) == exact, (finish, kkt)
+    with pytest.raises(ValueError, match="finish"):
+        nmf(Y, 4, finish="always")

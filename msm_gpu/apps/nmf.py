@@ -63,6 +63,9 @@ from . import nmf_init
 from . import nmf_solvers as ns
 from .nmf_extrapolation import Extrapolation
 
+#: Accepted values of ``finish`` besides None.
+FINISHES = ("auto", "exact")
+
 #: Solvers that extrapolate between outer iterations with ``extrapolation="auto"``.
 EXTRAPOLATED_SOLVERS = ("msm", "hals")
 
@@ -177,6 +180,16 @@ def _exact_error(data, W, H):
     return math.sqrt(2.0 * _objective(data.norm2, W, H @ H.T, data.h_yt(H)))
 
 
+def _finishes(finish, data):
+    """Whether the "msm" half-steps end with the exact solve: "exact" always, "auto" for
+    sparse Y (measured by ``benchmarks/bench_nmf.py --target``, k = 20-40: on the sparse
+    Zipf text matrix plain MSM half-steps settled 0.1 % above bpp and never reached
+    scikit-learn cd's 200-iteration objective, finished ones reached it in 0.18x cd's
+    time; on the dense digits and china.jpg the finish made each iteration several times
+    dearer and cd's objective was no longer reached in time)."""
+    return finish == "exact" or (finish == "auto" and data.sparse)
+
+
 def _use_extrapolation(p):
     if isinstance(p["extrapolation"], str):
         return p["solver"] in EXTRAPOLATED_SOLVERS
@@ -216,6 +229,8 @@ def _check_params(p):
     ex = p["extrapolation"]
     if not (isinstance(ex, bool) or (isinstance(ex, str) and ex == "auto")):
         raise ValueError(f"extrapolation must be 'auto', True or False, got {ex!r}")
+    if not (p["finish"] is None or (isinstance(p["finish"], str) and p["finish"] in FINISHES)):
+        raise ValueError(f"finish must be 'auto', 'exact' or None, got {p['finish']!r}")
 
 
 def _check_factor(F, shape, name, backend, dtype):
@@ -245,6 +260,7 @@ def _run(data, backend, W, H, p, *, update_w=True, update_h=True):
     else:
         inner_h = inner_w = int(p["inner_iter"])
     opts = {"inner_tol": p["inner_tol"], "omega": p["omega"], "theta": p["theta"]}
+    opts["finish"] = _finishes(p["finish"], data)
     solver = p["solver"]
     tol, max_iter, time_limit = p["tol"], p["max_iter"], p["time_limit"]
 
@@ -420,6 +436,12 @@ class NMF(TransformerMixin, BaseEstimator):
         Extrapolate between outer iterations (Ang and Gillis 2019,
         :mod:`msm_gpu.apps.nmf_extrapolation`); "auto": for "msm" and "hals".  The
         objective history is then not monotone (restarts) and the best pair is returned.
+    finish : "auto", "exact" or None
+        "exact": on the CPU, each "msm" half-step ends with the exact NNLS solve from the
+        MSM iterate (Lawson & Hanson's active set, :mod:`msm_gpu.nnls_columns`; k <=
+        ``msm_gpu.finish.ACTIVE_SET_MAX_N``).  "auto" (default): so for sparse Y, not for
+        dense Y (see ``_finishes`` for the measurements).  None: the paper's plain MSM
+        half-steps.  Ignored by the other solvers and on the GPU.
     random_state : None, int, numpy RandomState or Generator
     backend : {"auto", "cpu", "cuda"}
         "auto": CUDA for CuPy/cupyx input, CPU otherwise.  Outputs have the input's
@@ -470,10 +492,12 @@ class NMF(TransformerMixin, BaseEstimator):
         init=None,
         beta_loss="frobenius",
         extrapolation="auto",
+        finish="auto",
         random_state=None,
         backend="auto",
         verbose=False,
     ):
+        self.finish = finish
         self.n_components = n_components
         self.solver = solver
         self.omega = omega

@@ -47,7 +47,14 @@ import numpy as np
 from ..arrays import is_cupy, namespace, to_host
 from ..backends import get_backend
 from . import nmf_solvers as ns
-from .nmf import _check_data, _check_params, _Data, _dtype_of, _is_sparse, _use_extrapolation
+from .nmf import (
+    _check_data,
+    _check_params,
+    _Data,
+    _dtype_of,
+    _is_sparse,
+    _use_extrapolation,
+)
 from .nmf_extrapolation import Extrapolation
 from .nmf_init import _random_source
 
@@ -184,6 +191,9 @@ def _run(ctx, wt, h, p, norm2, nnz):
     else:
         inner_h = inner_w = int(p["inner_iter"])
     opts = {"inner_tol": p["inner_tol"], "omega": p["omega"], "theta": p["theta"]}
+    # the exact finish of the msm half-steps, by the in-memory rule ("auto": sparse Y)
+    sparse = _is_sparse(ctx.Y._meta)
+    opts["finish"] = p["finish"] == "exact" or (p["finish"] == "auto" and sparse)
     solver = p["solver"]
     tol, max_iter, time_limit = p["tol"], p["max_iter"], p["time_limit"]
 
@@ -432,11 +442,29 @@ class _Context:
 
     # -- the half-steps
 
-    def half_step(self, solver, g, p, x, max_inner, *, inner_tol, omega, theta):
-        """X_new for min_{X >= 0} 1/2 tr(X'GX) - tr(X'P), blockwise, as ``ns.half_step``.
+    def half_step(self, solver, g, p, x, max_inner, *, inner_tol, omega, theta, finish=False):
+        """X_new for min_{X >= 0} 1/2 tr(X'GX) - tr(X'P), blockwise, as ``ns.half_step``
+        (``finish``: the msm iterate then finished exactly, block by block).
 
         Returns the persisted X_new (X's chunks) and the inner-iteration count.
         """
+        x_new, n_inner = self._half_step(solver, g, p, x, max_inner, inner_tol, omega, theta)
+        if finish and solver == "msm":
+            import dask.array as da
+
+            x_new = da.map_blocks(
+                _finish_block,
+                x_new,
+                p,
+                g=g,
+                backend=self.backend,
+                to=self.dtype,
+                dtype=self.dtype,
+                meta=self.meta,
+            ).persist()
+        return x_new, n_inner
+
+    def _half_step(self, solver, g, p, x, max_inner, inner_tol, omega, theta):
         import dask
         import dask.array as da
 
@@ -608,6 +636,14 @@ def _replay_block(x, p, *, g, solver, backend, to, omega, theta, n_sweeps):
         msm, be, g, p, x, max_inner=n_sweeps, inner_tol=0.0, omega=omega, theta=theta
     )
     return x_new
+
+
+def _finish_block(x, p, *, g, backend, to):
+    """The exact NNLS solution of one column block from the msm iterate x (host only)."""
+    be, g, p, x = _solver_arrays(g, p, x, backend, to)
+    if not ns._finishes(be, g):
+        return x
+    return ns._active_set_finish(g, p, x)
 
 
 def _column_local_block(x, p, *, g, solver, backend, to, max_inner, inner_tol):

@@ -207,6 +207,23 @@ def _inner_sweeps(state, xp, max_inner, inner_tol):
         return state.current_x(), n_inner
 
 
+def _finishes(backend, G):
+    """The exact finish applies: on the CPU, k <= ACTIVE_SET_MAX_N."""
+    from ..finish import ACTIVE_SET_MAX_N
+
+    return backend.on_host and G.shape[0] <= ACTIVE_SET_MAX_N
+
+
+def _active_set_finish(G, P, X):
+    """The exact NNLS solution from the MSM iterate X, in X's dtype (the active set of
+    :mod:`msm_gpu.nnls_columns`; columns it could not finish keep its last feasible
+    point, which is never worse than X)."""
+    from ..nnls_columns import nnls_active_set
+
+    x_new, _, _ = nnls_active_set(np.asarray(G), np.asarray(P), np.asarray(X))
+    return x_new.astype(X.dtype, copy=False)
+
+
 # -- projected gradient (Lin 2007) ----------------------------------------------------
 
 
@@ -389,7 +406,9 @@ def cgd(G, P, X, *, max_inner, inner_tol):
 # -- dispatch -------------------------------------------------------------------------
 
 
-def half_step(solver, backend, G, P, X, *, max_inner, inner_tol, omega=1.0, theta=0.01):
+def half_step(
+    solver, backend, G, P, X, *, max_inner, inner_tol, omega=1.0, theta=0.01, finish=False
+):
     """Solve (*) approximately from the warm start X with the named solver.
 
     Parameters
@@ -403,6 +422,10 @@ def half_step(solver, backend, G, P, X, *, max_inner, inner_tol, omega=1.0, thet
     inner_tol : float >= 0
     omega, theta : floats
         Used by ``"msm"`` only; theta is relative to mean(diag G) (:func:`msm_backend`).
+    finish : bool
+        ``"msm"`` on the CPU: the sweeps' iterate is finished by the exact active set
+        (:func:`msm_gpu.nnls_columns.nnls_active_set`) for k up to
+        ``msm_gpu.finish.ACTIVE_SET_MAX_N``.
 
     Returns
     -------
@@ -413,7 +436,10 @@ def half_step(solver, backend, G, P, X, *, max_inner, inner_tol, omega=1.0, thet
     if solver in ("msm", "hals"):
         if solver == "hals":
             omega, theta = 1.0, 0.0
-        return msm_backend(backend, G, P, X, omega=omega, theta=theta, **opts)
+        x_new, n_inner = msm_backend(backend, G, P, X, omega=omega, theta=theta, **opts)
+        if solver == "msm" and finish and _finishes(backend, G):
+            x_new = _active_set_finish(G, P, x_new)
+        return x_new, n_inner
     if solver == "pg":
         return pg(G, P, X, **opts)
     if solver == "apg":
