@@ -150,18 +150,8 @@ def _schur_solve(H, u, free, bidx, k, S, t, z):
     (the Schur complement: O(k^3/6 + n k) for k = |B| instead of a factorisation of G_FF).
     S receives the Cholesky factor of H_BB.  Returns False if H_BB is numerically singular.
     """
-    for a in range(k):
-        ia = bidx[a]
-        for b in range(a + 1):
-            acc = H[ia, bidx[b]]
-            for q in range(b):
-                acc -= S[a, q] * S[b, q]
-            if a == b:
-                if acc <= PIVOT_TOL * H[ia, ia] or acc <= 0.0:
-                    return False
-                S[a, a] = math.sqrt(acc)
-            else:
-                S[a, b] = acc / S[b, b]
+    if _factor_rows(H, bidx, 0, k, S) >= 0:
+        return False
     _schur_correct(H, u, free, bidx, k, S, t, z)
     return True
 
@@ -170,15 +160,7 @@ def _schur_solve(H, u, free, bidx, k, S, t, z):
 def _schur_correct(H, u, free, bidx, k, S, t, z):
     """z = u - H_:B H_BB^{-1} u_B on F, 0 on B, with S the factor of H_BB."""
     n = H.shape[0]
-    for a in range(k):
-        acc = u[bidx[a]]
-        for q in range(a):
-            acc -= S[a, q] * t[q]
-        t[a] = acc / S[a, a]
-    for a in range(k - 1, -1, -1):
-        t[a] /= S[a, a]
-        for q in range(a):
-            t[q] -= S[a, q] * t[a]
+    _solve_face(S, u, bidx, k, t)  # t = H_BB^{-1} u_B
     for i in range(n):
         if free[i]:
             acc = u[i]

@@ -340,17 +340,9 @@ def test_finish_of_the_msm_half_steps(monkeypatch):
         assert len(calls) == expected, (finish, solver)
     # the finished W-step is optimal: KKT of min_{W >= 0} 1/2 ||Y - W H||^2 at the final H
     # (extrapolation off: the W-step used that H); plain MSM steps are not
+    one = {"solver": "msm", "max_iter": 1, "tol": 0, "random_state": 0, "extrapolation": False}
     for finish, exact in (("exact", True), (None, False)):
-        W, H, _ = nmf(
-            Y,
-            4,
-            solver="msm",
-            finish=finish,
-            max_iter=1,
-            tol=0,
-            random_state=0,
-            extrapolation=False,
-        )
+        W, H, _ = nmf(Y, 4, finish=finish, **one)
         grad = (W @ H - Y) @ H.T
         scale = np.abs(Y @ H.T).max()
         kkt = np.where(W > 0, np.abs(grad), np.maximum(-grad, 0.0)).max() / scale
