@@ -211,10 +211,7 @@ def _solve_on_backend(problem, started, options):
             penalty.is_convex,
             check=opts.check_convergence,
         )
-        # tol = 0 asks for exactly max_iter iterations: "auto" leaves them plain (a KKT
-        # residual of 0 is no target for a finish; "exact" still finishes)
-        plain = opts.finish is None or (opts.finish == "auto" and opts.tol == 0)
-        if plain:  # the paper's plain MSM
+        if not opts.finishes:  # the paper's plain MSM
             stepper = MsmMethod(
                 be, a, r, x_init, penalty, splitting, opts.panel, threads=opts.threads
             )
@@ -296,8 +293,7 @@ def least_squares(C, D, penalty=None, *, x0=None, backend="auto", **options) -> 
     started = time.perf_counter()
     penalty = Zero() if penalty is None else v.check_penalty(penalty)
     options = SolveOptions.from_keywords(**options)
-    finished = options.finish is not None and options.method == "msm"
-    problem = prepare_least_squares(C, D, penalty, x0, backend, fine_gram=finished)
+    problem = prepare_least_squares(C, D, penalty, x0, backend, fine_gram=options.finishes)
     return _solve_on_backend(problem, started, options)
 
 

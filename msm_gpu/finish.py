@@ -779,11 +779,9 @@ def run_msm_finished(
     if kkt is None:
         kkt = kkt_residual(*(fine if fine is not None else (a, r)), x, penalty)
     info["kkt_residual"] = kkt
-    if f_cols is not None:
-        pass  # from the finish
-    elif a.dtype == xp.float64:
+    if f_cols is None and a.dtype == xp.float64:
         f_cols, _ = column_objective(xp, a, r, x, penalty)
-    else:
+    elif f_cols is None:
         # as the plain run reports it: the bounds compared in x's dtype (a float32 x at a
         # bound is the bound rounded to float32, outside the float64 box by an ulp)
         from .driver import column_objectives

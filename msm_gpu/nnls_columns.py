@@ -94,6 +94,15 @@ def _solve_face(L, p, order, f, z):
             z[t] -= L[a, t] * z[a]
 
 
+@njit(nogil=True, inline="always")
+def _reaches_zero(xi, zi):
+    """The fraction of the step from xi >= 0 towards zi at which the variable reaches 0
+    (inf if zi > 0: never)."""
+    if zi > 0.0:
+        return math.inf
+    return xi / (xi - zi) if xi > 0.0 else 0.0
+
+
 @njit(nogil=True, fastmath=FAST)
 def _max(x):
     acc = 0.0
@@ -202,15 +211,14 @@ def _schur_phase(
         it += 1
         alpha = 1.0
         for i in range(n):
-            if free[i] and z[i] <= 0.0:
-                ratio = x[i] / (x[i] - z[i]) if x[i] > 0.0 else 0.0
-                alpha = min(alpha, ratio)
+            if free[i]:
+                alpha = min(alpha, _reaches_zero(x[i], z[i]))
         if alpha < 1.0:
             for i in range(n):
                 if not free[i]:
                     continue
                 xi = x[i]
-                if z[i] <= 0.0 and (xi <= 0.0 or xi / (xi - z[i]) <= alpha):
+                if _reaches_zero(xi, z[i]) <= alpha:
                     x[i] = 0.0
                     free[i] = False
                 else:
@@ -312,11 +320,7 @@ def _factor_phase(G, L_all, p, x, free, tol, g_max, p_max, it, max_iter, L, orde
         _solve_face(L, p, order, f, z)
         alpha = 1.0
         for a in range(f):
-            if z[a] <= 0.0:
-                xi = x[order[a]]
-                ratio = xi / (xi - z[a]) if xi > 0.0 else 0.0
-                if ratio < alpha:
-                    alpha = ratio
+            alpha = min(alpha, _reaches_zero(x[order[a]], z[a]))
         if alpha < 1.0:
             # Lawson & Hanson's inner loop: to the first zero, drop what reached it.
             # One variable out: a rank-one update of the factor; several: refactor
@@ -325,7 +329,7 @@ def _factor_phase(G, L_all, p, x, free, tol, g_max, p_max, it, max_iter, L, orde
             first_out = f
             for a in range(f):
                 xi = x[order[a]]
-                if z[a] <= 0.0 and (xi <= 0.0 or xi / (xi - z[a]) <= alpha):
+                if _reaches_zero(xi, z[a]) <= alpha:
                     n_out += 1
                     first_out = min(first_out, a)
                     gone[a] = True

@@ -41,6 +41,16 @@ class SolveOptions:
     finish: str | None = "auto"
     threads: int | None = None
 
+    @property
+    def finishes(self) -> bool:
+        """MSM followed by the exact finish.  Not with ``finish=None`` (the paper's plain
+        MSM), nor for "auto" with ``tol=0``: that asks for exactly ``max_iter`` plain
+        iterations (a KKT residual of 0 is no target for a finish; "exact" still
+        finishes)."""
+        if self.method != "msm" or self.finish is None:
+            return False
+        return not (self.finish == "auto" and self.tol == 0)
+
     @classmethod
     def names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls))

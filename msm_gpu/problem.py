@@ -134,10 +134,10 @@ def prepare_least_squares(C, D, penalty, x0, backend, *, fine_gram=False) -> Pro
     ``fine_gram``: for a working dtype below float64, form A and R in float64
     (``Problem.fine``, for the exact finish) and round those for the sweeps."""
     C = v.check_array(C, "C", ndims=(2,))
+    D = v.check_array(D, "D", check_finite=False)
     stats = host_float_stats(D)  # one pass over a dense D: finite, max |D|, ||D||^2
-    D = v.check_array(D, "D", check_finite=stats is None)
-    if stats is not None and not stats[0]:
-        raise ValueError("D contains NaN or Inf")
+    if np.dtype(D.dtype).kind == "f" and not is_sparse(D):  # sparse: checked above
+        v.check_finite_values(D, "D", finite=None if stats is None else stats[0])
     if D.shape[0] != C.shape[0]:
         raise ValueError(
             f"D must have {C.shape[0]} rows to match C {tuple(C.shape)}, got shape {tuple(D.shape)}"

@@ -55,10 +55,16 @@ def check_array(x, name, *, ndims=(1, 2), check_finite=True):
         raise TypeError(f"{name} must hold real numbers, got dtype {x.dtype}")
     _check_shape(x.shape, name, ndims)
     if kind == "f" and check_finite:
-        finite = bool(np.isfinite(x).all()) if not is_cupy(x) else bool(_cupy_finite(x))
-        if not finite:
-            raise ValueError(f"{name} contains NaN or Inf")
+        check_finite_values(x, name)
     return x
+
+
+def check_finite_values(x, name, finite=None):
+    """Refuse NaN/Inf in the float array ``x``; ``finite``: the answer if already known."""
+    if finite is None:
+        finite = bool(np.isfinite(x).all()) if not is_cupy(x) else bool(_cupy_finite(x))
+    if not finite:
+        raise ValueError(f"{name} contains NaN or Inf")
 
 
 def _check_shape(shape, name, ndims):

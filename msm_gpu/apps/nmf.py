@@ -59,12 +59,10 @@ from .. import validation as v
 from ..arrays import is_cupy, module_of, namespace
 from ..backends import get_backend
 from ..distributed import is_dask_array
+from ..finish import check_finish
 from . import nmf_init
 from . import nmf_solvers as ns
 from .nmf_extrapolation import Extrapolation
-
-#: Accepted values of ``finish`` besides None.
-FINISHES = ("auto", "exact")
 
 #: Solvers that extrapolate between outer iterations with ``extrapolation="auto"``.
 EXTRAPOLATED_SOLVERS = ("msm", "hals")
@@ -180,14 +178,14 @@ def _exact_error(data, W, H):
     return math.sqrt(2.0 * _objective(data.norm2, W, H @ H.T, data.h_yt(H)))
 
 
-def _finishes(finish, data):
+def finish_half_steps(finish, sparse):
     """Whether the "msm" half-steps end with the exact solve: "exact" always, "auto" for
     sparse Y (measured by ``benchmarks/bench_nmf.py --target``, k = 20-40: on the sparse
     Zipf text matrix plain MSM half-steps settled 0.1 % above bpp and never reached
     scikit-learn cd's 200-iteration objective, finished ones reached it in 0.18x cd's
     time; on the dense digits and china.jpg the finish made each iteration several times
     dearer and cd's objective was no longer reached in time)."""
-    return finish == "exact" or (finish == "auto" and data.sparse)
+    return finish == "exact" or (finish == "auto" and sparse)
 
 
 def _use_extrapolation(p):
@@ -229,8 +227,7 @@ def _check_params(p):
     ex = p["extrapolation"]
     if not (isinstance(ex, bool) or (isinstance(ex, str) and ex == "auto")):
         raise ValueError(f"extrapolation must be 'auto', True or False, got {ex!r}")
-    if not (p["finish"] is None or (isinstance(p["finish"], str) and p["finish"] in FINISHES)):
-        raise ValueError(f"finish must be 'auto', 'exact' or None, got {p['finish']!r}")
+    check_finish(p["finish"])  # the values of solve's finish
 
 
 def _check_factor(F, shape, name, backend, dtype):
@@ -260,7 +257,7 @@ def _run(data, backend, W, H, p, *, update_w=True, update_h=True):
     else:
         inner_h = inner_w = int(p["inner_iter"])
     opts = {"inner_tol": p["inner_tol"], "omega": p["omega"], "theta": p["theta"]}
-    opts["finish"] = _finishes(p["finish"], data)
+    opts["finish"] = finish_half_steps(p["finish"], data.sparse)
     solver = p["solver"]
     tol, max_iter, time_limit = p["tol"], p["max_iter"], p["time_limit"]
 
@@ -440,7 +437,7 @@ class NMF(TransformerMixin, BaseEstimator):
         "exact": on the CPU, each "msm" half-step ends with the exact NNLS solve from the
         MSM iterate (Lawson & Hanson's active set, :mod:`msm_gpu.nnls_columns`; k <=
         ``msm_gpu.finish.ACTIVE_SET_MAX_N``).  "auto" (default): so for sparse Y, not for
-        dense Y (see ``_finishes`` for the measurements).  None: the paper's plain MSM
+        dense Y (see ``finish_half_steps`` for the measurements).  None: the paper's plain MSM
         half-steps.  Ignored by the other solvers and on the GPU.
     random_state : None, int, numpy RandomState or Generator
     backend : {"auto", "cpu", "cuda"}
@@ -497,7 +494,6 @@ class NMF(TransformerMixin, BaseEstimator):
         backend="auto",
         verbose=False,
     ):
-        self.finish = finish
         self.n_components = n_components
         self.solver = solver
         self.omega = omega
@@ -510,6 +506,7 @@ class NMF(TransformerMixin, BaseEstimator):
         self.init = init
         self.beta_loss = beta_loss
         self.extrapolation = extrapolation
+        self.finish = finish
         self.random_state = random_state
         self.backend = backend
         self.verbose = verbose

@@ -54,6 +54,7 @@ from .nmf import (
     _dtype_of,
     _is_sparse,
     _use_extrapolation,
+    finish_half_steps,
 )
 from .nmf_extrapolation import Extrapolation
 from .nmf_init import _random_source
@@ -191,9 +192,7 @@ def _run(ctx, wt, h, p, norm2, nnz):
     else:
         inner_h = inner_w = int(p["inner_iter"])
     opts = {"inner_tol": p["inner_tol"], "omega": p["omega"], "theta": p["theta"]}
-    # the exact finish of the msm half-steps, by the in-memory rule ("auto": sparse Y)
-    sparse = _is_sparse(ctx.Y._meta)
-    opts["finish"] = p["finish"] == "exact" or (p["finish"] == "auto" and sparse)
+    opts["finish"] = finish_half_steps(p["finish"], _is_sparse(ctx.Y._meta))
     solver = p["solver"]
     tol, max_iter, time_limit = p["tol"], p["max_iter"], p["time_limit"]
 
@@ -641,7 +640,7 @@ def _replay_block(x, p, *, g, solver, backend, to, omega, theta, n_sweeps):
 def _finish_block(x, p, *, g, backend, to):
     """The exact NNLS solution of one column block from the msm iterate x (host only)."""
     be, g, p, x = _solver_arrays(g, p, x, backend, to)
-    if not ns._finishes(be, g):
+    if not ns.finish_applies(be, g):
         return x
     return ns._active_set_finish(g, p, x)
 

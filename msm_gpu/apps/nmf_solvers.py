@@ -207,7 +207,7 @@ def _inner_sweeps(state, xp, max_inner, inner_tol):
         return state.current_x(), n_inner
 
 
-def _finishes(backend, G):
+def finish_applies(backend, G):
     """The exact finish applies: on the CPU, k <= ACTIVE_SET_MAX_N."""
     from ..finish import ACTIVE_SET_MAX_N
 
@@ -437,7 +437,7 @@ def half_step(
         if solver == "hals":
             omega, theta = 1.0, 0.0
         x_new, n_inner = msm_backend(backend, G, P, X, omega=omega, theta=theta, **opts)
-        if solver == "msm" and finish and _finishes(backend, G):
+        if solver == "msm" and finish and finish_applies(backend, G):
             x_new = _active_set_finish(G, P, x_new)
         return x_new, n_inner
     if solver == "pg":
