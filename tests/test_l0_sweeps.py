@@ -50,3 +50,56 @@ def test_msm_defaults_denoise_and_explicit_values_still_win():
     assert psnr(clean, out) > psnr(clean, noisy) + 3
     out2 = denoise(noisy, 20, n_train=200, n_atoms=64, n_iter=0, code_iter=2, init="omp")
     assert out2.shape == clean.shape and not np.allclose(out, out2)
+
+
+def _reference_sweeps(a, r, x, lam, n_sweeps, theta=0.01):
+    """Algorithm 1 of the paper one row at a time (omega = 1): B = L + D + theta I,
+    C = A - B, z_j = argmin_t 1/2 B_jj t^2 + w_j t + lam [t != 0]; plain NumPy."""
+    x = x.copy()
+    n = a.shape[0]
+    b = np.diag(a) + theta
+    for _ in range(n_sweeps):
+        z = np.zeros_like(x)
+        for j in range(n):
+            w = r[j] + a[j, :j] @ z[:j] + a[j, j + 1 :] @ x[j + 1 :] - theta * x[j]
+            t = -w / b[j]
+            z[j] = np.where(0.5 * b[j] * t * t + w * t + lam < 0, t, 0.0)
+        x = z
+    return x
+
+
+def test_l0_sweeps_cpu_match_the_paper_rows_from_a_dense_warm_start():
+    d, y, g = _problem(4, n=40)
+    lam = 0.6
+    h0 = np.random.default_rng(5).standard_normal((36, 40))  # every entry nonzero
+    r = -(d.T @ y)
+    got = l0_sweeps(g, r, h0, lam, 4, backend="cpu")
+    want = _reference_sweeps(g, r, h0, lam, 4)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+    assert np.count_nonzero(got) < got.size // 4  # the threshold zeroed most entries
+
+
+def test_l0_sparse_sweeps_touch_only_their_column_range():
+    from msm_gpu.backends.cpu_kernels import l0_sparse_sweeps
+
+    d, y, g = _problem(6, n=30)
+    r = -(d.T @ y)
+    b = np.diag(g) + 0.01
+    x = np.zeros((36, 30))
+    l0_sparse_sweeps(g, b, 0.5, r, x, 10, 20, 3)
+    assert np.all(x[:, :10] == 0) and np.all(x[:, 20:] == 0)
+    want = _reference_sweeps(g, r[:, 10:20], np.zeros((36, 10)), 0.5, 3)
+    np.testing.assert_allclose(x[:, 10:20], want, rtol=1e-10, atol=1e-10)
+    assert np.count_nonzero(want) > 0
+
+
+def test_l0_sweeps_cpu_threaded_ranges_and_one_signal():
+    # enough columns for the sweep to be split over ranges (and threads, where there are 2+)
+    d, y, g = _problem(7, n=24000)
+    r = -(d.T @ y)
+    got = l0_sweeps(g, r, np.zeros_like(r), 0.5, 8, backend="cpu")
+    want = _reference_sweeps(g, r, np.zeros_like(r), 0.5, 8)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+    one = l0_sweeps(g, r[:, 3], np.zeros(36), 0.5, 8, backend="cpu")
+    assert one.shape == (36,)
+    np.testing.assert_allclose(one, want[:, 3], rtol=1e-10, atol=1e-10)

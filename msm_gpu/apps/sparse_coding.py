@@ -199,11 +199,17 @@ def l0_sweeps(gram, r, h0, lam, n_sweeps, *, omega=1.0, theta=0.01, backend="cpu
     """``n_sweeps`` MSM sweeps on ``min_H 1/2 tr(H'AH) + tr(H'R) + lam ||H||_0``, nothing else.
 
     The lean path of :func:`sparse_code` for a large batch (all the patches of an image):
-    the sweeps run on the backend's sweep state directly, with no objective, no per-column
-    stopping rule (every column gets every sweep, no repacking) and no input checks; the
-    caller passes checked arrays (``gram`` symmetric with unit diagonal, ``omega <= 1``,
-    ``theta > 0``: the nonconvex condition delta > 0 holds).  Each sweep still lowers the
-    objective by at least delta/2 ||H_new - H||^2 (paper, nonconvex theorem).
+    no objective, no per-column stopping rule (every column gets every sweep) and no input
+    checks; the caller passes checked arrays (``gram`` symmetric with unit diagonal,
+    ``omega <= 1``, ``theta > 0``: the nonconvex condition delta > 0 holds).  Each sweep
+    still lowers the objective by at least delta/2 ||H_new - H||^2 (paper, nonconvex
+    theorem).
+
+    On the CPU the sweeps run column by column on the sparse iterate
+    (:func:`msm_gpu.backends.cpu_kernels.l0_sparse_sweeps`: the same iterates as the
+    dense blocked sweep up to rounding, at O(k) instead of O(k^2) per column and sweep
+    while the codes have few atoms; camera's 14641 patches, 256 atoms, 5 sweeps: 0.03 s
+    on one thread instead of 0.2 s on two).  On CUDA they run on the backend's sweep state.
 
     Returns
     -------
@@ -215,8 +221,10 @@ def l0_sweeps(gram, r, h0, lam, n_sweeps, *, omega=1.0, theta=0.01, backend="cpu
 
     be = get_backend(backend, r)
     k = gram.shape[0]
-    a = be.asarray(gram, np.float64)
     splitting = make_splitting(np.diagonal(gram), omega, theta, False)
+    if be.name == "cpu":
+        return _l0_sparse_sweeps_cpu(gram, r, h0, lam, n_sweeps, splitting.b_diag)
+    a = be.asarray(gram, np.float64)
     pen = L0(lam)
     state = be.start(
         a,
@@ -231,6 +239,36 @@ def l0_sweeps(gram, r, h0, lam, n_sweeps, *, omega=1.0, theta=0.01, backend="cpu
         for _ in range(int(n_sweeps)):
             state.sweep()
         return np.asarray(be.to_user(state.current_x(), np.zeros(0)))
+
+
+#: Rough cost of the sparse l0 sweep in flops per entry and sweep (0.4 us per 256-entry
+#: column sweep with ~3 atoms per column), to choose its threads like the dense sweep's.
+SPARSE_SWEEP_FLOPS_PER_ENTRY = 8.0
+
+
+def _l0_sparse_sweeps_cpu(gram, r, h0, lam, n_sweeps, b_diag):
+    from ..backends.cpu import plan
+    from ..backends.cpu_kernels import l0_sparse_sweeps
+    from ..backends.threads import run_ranges, thread_cap
+
+    a = np.ascontiguousarray(gram, dtype=np.float64)
+    rr = np.ascontiguousarray(r, dtype=np.float64)
+    x = np.array(h0, dtype=np.float64, order="C", copy=True)
+    one = x.ndim == 1
+    if one:
+        x, rr = x[:, None], rr.reshape(-1, 1)
+    k, n_cols = x.shape
+    b = np.ascontiguousarray(b_diag, dtype=np.float64)
+    flops = SPARSE_SWEEP_FLOPS_PER_ENTRY * k * n_cols * int(n_sweeps)
+    bounds, threads = plan(n_cols, flops, thread_cap())
+    sweeps = int(n_sweeps)
+    lam = float(lam)
+
+    def sweep_range(i):
+        l0_sparse_sweeps(a, b, lam, rr, x, bounds[i][0], bounds[i][1], sweeps)
+
+    run_ranges(sweep_range, len(bounds), threads)
+    return x[:, 0] if one else x
 
 
 def sparse_code(
