@@ -329,3 +329,46 @@ def test_dictionary_learning_verbose(capsys):
     L0DictionaryLearning(n_components=16, lam=0.2, n_iter=2, verbose=True).fit(x)
     err = capsys.readouterr().err
     assert "dictionary learning" in err
+
+
+def _reference_dictionary_step(d, y, h, n_steps):
+    """Bao et al.'s projected gradient step written out with dense NumPy products."""
+    d = d.copy()
+    used = np.any(h != 0, axis=1)
+    hu = h[used]
+    hht = hu @ hu.T
+    lip = np.linalg.eigvalsh(hht)[-1]
+    du = d[:, used]
+    for _ in range(n_steps):
+        cand = du - (du @ hht - y @ hu.T) / lip
+        du = cand / np.linalg.norm(cand, axis=0)
+    d[:, used] = du
+    return d
+
+
+@pytest.mark.parametrize("density", [0.02, 0.5])
+def test_dictionary_step_matches_dense_reference_for_sparse_and_dense_codes(density):
+    rng = np.random.default_rng(11)
+    d0 = _random_dictionary(rng, 16, 64)
+    y = rng.standard_normal((16, 300))
+    h = rng.standard_normal((64, 300)) * (rng.random((64, 300)) < density)
+    h[5] = 0.0  # an unused atom
+    got = dictionary_step(d0, y, h, n_steps=3)
+    np.testing.assert_allclose(got, _reference_dictionary_step(d0, y, h, 3), atol=1e-12)
+    np.testing.assert_array_equal(got[:, 5], d0[:, 5])
+
+
+def test_dictionary_learning_msm_without_tolerance_runs_the_plain_alternation():
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((200, 16)) * 3
+    model = L0DictionaryLearning(
+        n_components=16, lam=2.0, n_iter=3, init="zeros", h_iter=2, d_iter=2, tol=0
+    ).fit(x)
+    # the same alternation from the solver's H-step (tol=0: every column, every iteration)
+    d = overcomplete_dct(4, 16)
+    h = np.zeros((16, 200))
+    for _ in range(3):
+        h = solve_h(d.T @ d, -(d.T @ x.T), 2.0, x0=h, max_iter=2, tol=0).x
+        d = _reference_dictionary_step(d, x.T, h, 2)
+    np.testing.assert_allclose(model.dictionary_, d, atol=1e-9)
+    np.testing.assert_allclose(model.codes_, h, atol=1e-9)

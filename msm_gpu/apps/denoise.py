@@ -277,6 +277,7 @@ def denoise(
                 method=method,
                 dict_init=d0.T,
                 h_iter=h_iter,
+                tol=0.0 if method == "msm" else 1e-4,  # MSM: h_iter sweeps, lean path
                 omp_tol=omp_tol,
                 random_state=rng,
                 backend=backend,

@@ -362,6 +362,20 @@ def sparse_code(
     )
 
 
+#: Largest fraction of nonzero codes for which :func:`dictionary_step` forms H H' and Y H'
+#: with sparse products (camera's denoising codes: ~1% nonzero, 1.3 ms -> 0.9 ms and
+#: 0.5 ms -> 0.05 ms for 256 x 1000 codes).
+SPARSE_CODES_DENSITY = 0.05
+
+
+def _largest_eigenvalue(s):
+    """Largest eigenvalue of the symmetric matrix ``s`` (LAPACK's syevr, that one only)."""
+    from scipy.linalg import eigh
+
+    n = s.shape[0]
+    return float(eigh(s, eigvals_only=True, subset_by_index=[n - 1, n - 1])[0])
+
+
 def dictionary_step(D, Y, H, n_steps=1):
     """Projected gradient steps on ``1/2 ||Y - DH||^2`` over unit-norm atoms (Bao et al.).
 
@@ -389,9 +403,16 @@ def dictionary_step(D, Y, H, n_steps=1):
     if used.size == 0:
         return d
     hu = h[used]
-    hht = hu @ hu.T
-    yht = y @ hu.T
-    lip = float(np.linalg.eigvalsh(hht)[-1])
+    if np.count_nonzero(hu) <= SPARSE_CODES_DENSITY * hu.size:
+        from scipy.sparse import csr_array
+
+        hs = csr_array(hu)  # a few atoms per signal: sparse products
+        hht = (hs @ hs.T).toarray()
+        yht = (hs @ y.T).T
+    else:
+        hht = hu @ hu.T
+        yht = y @ hu.T
+    lip = _largest_eigenvalue(hht)
     if lip <= 0:
         return d
     du = d[:, used]
@@ -444,7 +465,9 @@ class L0DictionaryLearning(BaseEstimator):
     d_iter : int
         Dictionary steps per outer iteration.
     tol : float
-        Tolerance of the H-step solver.
+        Tolerance of the H-step solver (its per-signal stopping rule).  0: every signal
+        gets all ``h_iter`` iterations; with ``method="msm"`` the H-step is then
+        :func:`l0_sweeps` (the sweeps alone, sparse on the CPU).
     omp_tol, omp_n_nonzero : optional
         Stopping rule of ``init="omp"`` (see :func:`sparse_code`).
     random_state : int, Generator or None
@@ -592,6 +615,9 @@ class L0DictionaryLearning(BaseEstimator):
             low = 1 if name in ("n_components", "h_iter") else 0
             if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < low:
                 raise ValueError(f"{name} must be an int >= {low}, got {val!r}")
+        tol = v.check_real(self.tol, "tol", low=0.0)
+        # MSM with no stopping rule is the sweeps alone: the lean path (sparse sweeps on CPU)
+        lean = method == "msm" and tol == 0.0
         rng = np.random.default_rng(self.random_state)
         m = yy.shape[0]
         t0 = time.perf_counter()
@@ -614,18 +640,22 @@ class L0DictionaryLearning(BaseEstimator):
         for _ in iterator:
             t1 = time.perf_counter()
             gram = d.T @ d
-            res = solve_h(
-                0.5 * (gram + gram.T),
-                -(d.T @ yy),
-                lam,
-                method=method,
-                x0=h,
-                max_iter=int(self.h_iter),
-                tol=self.tol,
-                backend=self.backend,
-                record_objective=False,
-            )
-            h = np.asarray(res.x)
+            gram = 0.5 * (gram + gram.T)
+            if lean:
+                h = l0_sweeps(gram, -(d.T @ yy), h, lam, int(self.h_iter), backend=self.backend)
+            else:
+                res = solve_h(
+                    gram,
+                    -(d.T @ yy),
+                    lam,
+                    method=method,
+                    x0=h,
+                    max_iter=int(self.h_iter),
+                    tol=self.tol,
+                    backend=self.backend,
+                    record_objective=False,
+                )
+                h = np.asarray(res.x)
             t2 = time.perf_counter()
             d = dictionary_step(d, yy, h, n_steps=int(self.d_iter))
             t3 = time.perf_counter()
