@@ -299,6 +299,38 @@ def all_zero(x):
 # -- l0 sweeps on sparse iterates ----------------------------------------------------------
 
 
+@njit(inline="always")
+def _l0_column_sweeps(a, b_diag, thresh, rc, xc, g, n_sweeps):
+    """``n_sweeps`` sparse l0 sweeps of one column (see :func:`l0_sparse_sweeps`): ``xc``
+    (the iterate) in place, ``g`` a work vector."""
+    n = a.shape[0]
+    for i in range(n):
+        g[i] = 0.0
+    for i in range(n):
+        xi = xc[i]
+        if xi != 0.0:
+            ai = a[i]
+            for k in range(n):
+                g[k] += ai[k] * xi
+    for _ in range(n_sweeps):
+        for j in range(n):
+            xj = xc[j]
+            b = b_diag[j]
+            w = rc[j] + g[j] - b * xj
+            z = -w / b if w * w > thresh[j] else 0.0
+            if z != xj:
+                step = z - xj
+                aj = a[j]
+                for k in range(n):
+                    g[k] += aj[k] * step
+                xc[j] = z
+
+
+#: Columns gathered into contiguous buffers at a time by the sparse l0 kernels (one
+#: cache line of float64 per row of the strided (n, m) arrays).
+L0_BLOCK = 8
+
+
 @njit(nogil=True)
 def l0_sparse_sweeps(a, b_diag, lam, r, x, c0, c1, n_sweeps):
     """``n_sweeps`` MSM iterations of the unconstrained l0 problem on the columns c0..c1-1
@@ -324,33 +356,19 @@ def l0_sparse_sweeps(a, b_diag, lam, r, x, c0, c1, n_sweeps):
     """
     n = a.shape[0]
     g = np.empty(n, dtype=np.float64)
-    xc = np.empty(n, dtype=np.float64)
-    rc = np.empty(n, dtype=np.float64)
     thresh = np.empty(n, dtype=np.float64)
     for j in range(n):
         thresh[j] = 2.0 * lam * b_diag[j]
-    for c in range(c0, c1):
+    xb = np.empty((L0_BLOCK, n), dtype=np.float64)
+    rb = np.empty((L0_BLOCK, n), dtype=np.float64)
+    for cb in range(c0, c1, L0_BLOCK):
+        nb = min(L0_BLOCK, c1 - cb)
         for i in range(n):
-            xc[i] = x[i, c]
-            rc[i] = r[i, c]
-            g[i] = 0.0
+            for q in range(nb):
+                xb[q, i] = x[i, cb + q]
+                rb[q, i] = r[i, cb + q]
+        for q in range(nb):
+            _l0_column_sweeps(a, b_diag, thresh, rb[q], xb[q], g, n_sweeps)
         for i in range(n):
-            xi = xc[i]
-            if xi != 0.0:
-                ai = a[i]
-                for k in range(n):
-                    g[k] += ai[k] * xi
-        for _ in range(n_sweeps):
-            for j in range(n):
-                xj = xc[j]
-                b = b_diag[j]
-                w = rc[j] + g[j] - b * xj
-                z = -w / b if w * w > thresh[j] else 0.0
-                if z != xj:
-                    step = z - xj
-                    aj = a[j]
-                    for k in range(n):
-                        g[k] += aj[k] * step
-                    xc[j] = z
-        for i in range(n):
-            x[i, c] = xc[i]
+            for q in range(nb):
+                x[i, cb + q] = xb[q, i]
