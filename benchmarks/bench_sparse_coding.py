@@ -7,7 +7,7 @@ Usage (PNG/CSV/Markdown written to OUT, default ``benchmarks/out/``)::
         [--sigmas 5 10 20 30 40] [--crop 128] [--n-train 1000] [--n-iter 10]
     python benchmarks/bench_sparse_coding.py lam-sweep [--quick]
     python benchmarks/bench_sparse_coding.py speed [--images camera coins moon]
-        [--sigmas 20 30] [--crop 128]
+        [--sigmas 20 30] [--crop 128] [--repeat 1] [--busy]
 
 * ``figure3``: D fixed to the 64 x 256 overcomplete DCT, H-step objective vs iteration for
   MSM, PGM, PGM+LS, APG, APG+LS (``msm_gpu.solve(..., method=...)``), lam in
@@ -232,10 +232,35 @@ def sklearn_pipeline(noisy, sigma, patch_size=8, n_components=50, seed=0):
     return reconstruct_from_patches_2d(rebuilt.reshape(patches.shape), noisy.shape)
 
 
+def _busy_loop(stop):
+    """A neighbour that keeps one core busy: single-threaded 512 x 512 GEMMs until ``stop``."""
+    from threadpoolctl import threadpool_limits
+
+    a = np.random.default_rng(0).standard_normal((512, 512))
+    with threadpool_limits(1):
+        while not stop.is_set():
+            a = a @ a
+            a /= np.abs(a).max()
+
+
 def speed(args):
     """MSM vs K-SVD denoising (issue 11's target: MSM >= 4x faster at PSNR >= K-SVD's),
     next to scikit-learn's dictionary-learning example pipeline; each method at its
-    defaults, interleaved per image and sigma."""
+    defaults, interleaved per image and sigma; the least of ``--repeat`` times for K-SVD
+    and MSM, one run of scikit-learn's.  ``--busy``: with a process running
+    single-threaded GEMMs beside it (one core taken)."""
+    if args.busy:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        stop = ctx.Event()
+        neighbour = ctx.Process(target=_busy_loop, args=(stop,), daemon=True)
+        neighbour.start()
+        try:
+            return speed(argparse.Namespace(**{**vars(args), "busy": False}))
+        finally:
+            stop.set()
+            neighbour.join()
     images = args.images or ["camera", "coins", "moon"]
     sigmas = args.sigmas or [20, 30]
     crop = args.crop if args.crop is not None else 128
@@ -252,12 +277,15 @@ def speed(args):
             noisy = clean + sigma * np.random.default_rng(seed).standard_normal(clean.shape)
             cells = {}
             for label in ("ksvd", "msm", "sklearn"):
-                t0 = time.perf_counter()
-                if label == "sklearn":
-                    out = np.clip(sklearn_pipeline(noisy, sigma), 0, 255)
-                else:
-                    out = denoise(noisy, sigma, method=label, clip=(0, 255), random_state=0)
-                cells[label] = (psnr(clean, out), time.perf_counter() - t0)
+                best = np.inf
+                for _ in range(1 if label == "sklearn" else args.repeat):
+                    t0 = time.perf_counter()
+                    if label == "sklearn":
+                        out = np.clip(sklearn_pipeline(noisy, sigma), 0, 255)
+                    else:
+                        out = denoise(noisy, sigma, method=label, clip=(0, 255), random_state=0)
+                    best = min(best, time.perf_counter() - t0)
+                cells[label] = (psnr(clean, out), best)
             (pk, tk), (pm, tm), (ps, ts) = cells["ksvd"], cells["msm"], cells["sklearn"]
             ok = "met" if tk / tm >= 4 and pm >= pk else "NOT met"
             print(
@@ -380,6 +408,10 @@ def main(argv=None):
     parser.add_argument("--crop", type=int, default=None, help="centre crop side (0: full)")
     parser.add_argument("--n-train", type=int, default=1000)
     parser.add_argument("--n-iter", type=int, default=10)
+    parser.add_argument("--busy", action="store_true", help="speed: with a busy neighbour core")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="speed: K-SVD and MSM runs per cell (least time)"
+    )
     args = parser.parse_args(argv)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     print(machine_info())

@@ -156,3 +156,15 @@ def test_dct_denoiser_beats_identity_on_smooth_image():
     out = denoise(noisy, 15, n_iter=0, n_atoms=64)
     assert psnr(clean, out) > psnr(clean, noisy) + 4.0
     assert overcomplete_dct(8, 64).shape == (64, 64)
+
+
+def test_denoise_d_iter_steps_the_dictionary_and_is_checked(noisy_pair):
+    _, noisy = noisy_pair
+    kw = {"n_atoms": 64, "n_train": 200, "n_iter": 2, "return_info": True}
+    _, one = denoise(noisy, 20, d_iter=1, **kw)
+    _, many = denoise(noisy, 20, d_iter=5, **kw)
+    # more projected-gradient steps on the same codes fit the training patches better
+    assert many["objective"][1] < one["objective"][1]
+    for bad in (0, 1.5):
+        with pytest.raises((ValueError, TypeError), match="d_iter"):
+            denoise(noisy, 20, d_iter=bad, n_atoms=64)
