@@ -170,7 +170,7 @@ class Logistic(GLMLoss):
     curvature_bound = 0.25  # sigma (1 - sigma) <= 1/4 (Bohning & Lindsay 1988)
 
     def _check_targets(self, y):
-        ok = np.isin(y, (0.0, 1.0)) | np.isin(y, (-1.0, 1.0))
+        ok = (y == 0.0) | (y == 1.0) | (y == -1.0)
         if not ok.all():
             bad = y[~ok].ravel()[0]
             raise ValueError(f"Y must hold labels in {{0, 1}} or {{-1, 1}}, found {bad:g}")

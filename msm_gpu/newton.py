@@ -16,7 +16,9 @@ stopping state.
 
 Hessian (``hessian=``):
 
-* ``"exact"``: per problem H_c = X' diag(s l''(z_c)) X, one ``solve`` per column;
+* ``"exact"``: per problem H_c = X' diag(s l''(z_c)) X, one ``solve`` per column; on the
+  CPU the whole iteration is compiled instead (``newton_host.py``: H_c read through the
+  columns of X, or formed by one GEMM where that is cheaper for dense X);
 * ``"bound"``: a curvature bound shared by all columns, H = c X' diag(s) X (Bohning's
   c = 1/4 for the logistic loss), formed once; one batched ``solve`` per iteration for
   all columns.  The model then majorises q, so beta = 1 is accepted whenever the inner
@@ -65,6 +67,7 @@ from .arrays import is_cupy, to_host
 from .backends import get_backend
 from .loop import IterativeMethod, StepReport, run_iterations
 from .losses import GLMLoss, Quadratic
+from .newton_host import HostNewtonMethod, forcing_tolerance
 from .penalties import Zero
 from .penalty_rows import RowPenalty
 from .result import SolveResult
@@ -76,9 +79,14 @@ FORCING = 0.1
 WS_MIN = 32  # violators admitted to the working set at least (when there are so many)
 WS_GROWTH = 2  # ... and at most this many times the support size otherwise
 INNER_OMEGA = 1.0  # relaxation of the inner MSM for convex h (nonconvex: 1, the theorem's)
+INNER_THETA_CONVEX = 1e-8  # proximal term of the inner MSM, relative to mean(diag(H))
+INNER_THETA_NONCONVEX = 1e-3
 MAX_HALVINGS_CONVEX = 30
 MAX_HALVINGS_NONCONVEX = 4
 MAX_DOUBLINGS = 60
+#: Exact Hessians on NumPy data run on the compiled road (newton_host.py); False runs the
+#: NumPy loop below instead (the tests compare the two).
+HOST_KERNELS = True
 ROUNDING_ULPS = 100  # a decrease of F below this many ulps of F is lost in rounding
 
 
@@ -210,7 +218,6 @@ def minimize(
     else:
         import cupy as xp
     dtype = v.working_dtype(loss.X, loss.Y, x0)
-    data = loss.prepare(xp, dtype)
     rounding = ROUNDING_ULPS * float(np.finfo(dtype).eps)
     free = [n_coef - 1] if loss.fit_intercept else []
     pen = RowPenalty(penalty, n_coef, free=free)
@@ -225,23 +232,46 @@ def minimize(
         out = x[:, 0] if one_problem else x
         return be.to_user(out, loss.Y if not is_cupy(loss.X) else _like_cupy(loss))
 
-    # CPU: one BLAS thread.  The MSM sweeps are Numba-parallel; OpenBLAS threads spinning
-    # after a product fight over the cores (measured 100x slower GEMVs under load).
-    limits = _single_thread_blas() if xp is np else contextlib.nullcontext()
+    if xp is np and hessian == "exact" and HOST_KERNELS:
+        # every outer iteration one compiled call, the model Hessian read through X
+        # (newton_host.py); the same iteration as NewtonMethod's below
+        limits = contextlib.nullcontext()
+        settings = {
+            "tol": tol,
+            "forcing": FORCING,
+            "inner_max_iter": inner_max_iter,
+            "working_set": bool(working_set),
+            "free_row": free[0] if free else -1,
+            "rounding": rounding,
+            "theta": INNER_THETA_CONVEX if pen.is_convex else INNER_THETA_NONCONVEX,
+            "omega": INNER_OMEGA if pen.is_convex else 1.0,
+            "sigma": SIGMA,
+            "ws_min": WS_MIN,
+            "ws_growth": WS_GROWTH,
+            "max_halvings": MAX_HALVINGS_CONVEX if pen.is_convex else MAX_HALVINGS_NONCONVEX,
+            "max_doublings": MAX_DOUBLINGS,
+        }
+        method = HostNewtonMethod(loss, pen, w, dtype, settings)
+    else:
+        # CPU: one BLAS thread.  The MSM sweeps are Numba-parallel; OpenBLAS threads
+        # spinning after a product fight over the cores (measured 100x slower GEMVs
+        # under load).
+        limits = _single_thread_blas() if xp is np else contextlib.nullcontext()
+        with limits:
+            method = NewtonMethod(
+                xp,
+                be,
+                loss.prepare(xp, dtype),
+                pen,
+                w,
+                hessian=hessian,
+                inner_max_iter=inner_max_iter,
+                working_set=working_set,
+                free=free,
+                rounding=rounding,
+                tol=tol,
+            )
     with limits:
-        method = NewtonMethod(
-            xp,
-            be,
-            data,
-            pen,
-            w,
-            hessian=hessian,
-            inner_max_iter=inner_max_iter,
-            working_set=working_set,
-            free=free,
-            rounding=rounding,
-            tol=tol,
-        )
         out = run_iterations(
             method,
             n_cols=r,
@@ -343,7 +373,7 @@ class NewtonMethod(IterativeMethod):
         grad, curv, diag, step = m["grad"], m["curv"], m["diag"], m["step"]
         opt_a = to_host(_col_norm(xp, step) / xp.maximum(_col_norm(xp, wa), 1.0))
         # forcing sequence, per problem (the bound's batched solve uses the largest)
-        inner_tols = _forcing(opt_a, self._tol)
+        inner_tols = forcing_tolerance(opt_a, self._tol, FORCING)
         inner_tol = float(inner_tols.max())
 
         # -- model minimisation by MSM on the working set(s) --------------------------------
@@ -492,7 +522,7 @@ def _inner(a, grad, w, penalty, tol, max_iter, be, stats):
     # theta (relative to mean(diag(A)), as solve takes it): a small proximal term keeps
     # B_jj > 0 for zero-curvature rows and is needed by the nonconvex theorem
     # (delta = theta / omega > 0 at omega = 1)
-    theta = 1e-3 if not penalty.is_convex else 1e-8
+    theta = INNER_THETA_NONCONVEX if not penalty.is_convex else INNER_THETA_CONVEX
     res = solve(
         a,
         r,
@@ -558,12 +588,6 @@ def _working_set(xp, w, step, diag):
     k = xp.minimum(cap, score.shape[0]) - 1
     kth = xp.take_along_axis(order, k[None, :], axis=0)
     return support | ((score > 0) & (score >= kth))
-
-
-def _forcing(opt, tol):
-    """Inner MSM tolerance per problem: FORCING opt min(1, sqrt(opt)), within [tol/1000, 0.1]."""
-    eta = FORCING * opt * np.minimum(1.0, np.sqrt(opt))
-    return np.clip(eta, 1e-3 * tol, 0.1)
 
 
 def _floor(xp, d):

@@ -35,7 +35,9 @@ class RowPenalty(Penalty):
         self.is_convex = base.is_convex
         self.p = base.p
         free = np.asarray(free, dtype=np.int64)
-        penalised = np.setdiff1d(np.arange(n), free)
+        is_penalised = np.ones(n, dtype=bool)
+        is_penalised[free] = False
+        penalised = np.flatnonzero(is_penalised)
         if n_base is not None and n_base != penalised.size:
             raise ValueError(f"n_base={n_base} does not match {penalised.size} penalised rows")
         lam = np.zeros(n)

@@ -364,14 +364,17 @@ def test_float32_stays_float32():
 def test_inner_solves_skip_the_psd_tests_without_changing_the_answer(monkeypatch):
     # the model Hessians are PSD by construction: minimize's inner solves skip the symmetry
     # and Cholesky tests (solve(..., _known_psd=True)) and get the same answer
-    from msm_gpu import validation
+    from msm_gpu import newton, validation
 
-    calls = []
+    calls, inner = [], []
     real = validation.check_psd
     monkeypatch.setattr(validation, "check_psd", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real_solve = newton.solve
+    monkeypatch.setattr(newton, "solve", lambda *a, **k: inner.append(1) or real_solve(*a, **k))
+    monkeypatch.setattr(newton, "HOST_KERNELS", False)  # the NumPy loop: inner solve() calls
     x, y = small_problem(3)
     res = mg.minimize(mg.Logistic(x, y), mg.L1(0.001), tol=1e-10)
-    assert res.converged and not calls
+    assert res.converged and inner and not calls
     rng = np.random.default_rng(5)
     c = rng.normal(size=(40, 12))
     a, r = c.T @ c, rng.normal(size=(12, 3))

@@ -1,0 +1,545 @@
+"""Numba kernels of the proximal Newton loop on the CPU: one outer iteration per column.
+
+The same iteration as :class:`msm_gpu.newton.NewtonMethod` (module docstring of
+``newton.py``: working set, forcing sequence, Armijo backtracking, prox-gradient
+safeguard, stopping measure), compiled whole, so that an outer iteration costs a few
+passes over the nonzeros of X instead of tens of NumPy calls; and with the model's
+Hessian H = X_W' diag(c) X_W never formed.  The inner MSM sweep (paper, eq. (3), with
+B = D/omega + L + theta I) reads H through X: the model's partial derivative at Y is
+
+    g_j(Y) = G_j + X_j' (c o X_W (Y - W_k)),
+
+and u = X_W (Y - W_k) is kept up to date after every 1-D step (u += t X_j), so a sweep
+costs O(nnz(X_W)) rather than O(|W|^2) + the O(m |W|^2) of forming H.  The 1-D step is
+MSM's: t = argmin_t h(t) + 1/2 B_jj t^2 + t (g_j(Y) - B_jj y_j).
+
+Layout: the design by columns (dense: an (m, n) Fortran-order array; sparse: CSC
+``indptr, indices, values``), the iterate and the predictor one row per problem
+(``W[c]``, ``Z[c]``), so that every loop reads contiguous memory.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .backends.cpu_kernels import h_scalar, prox_scalar
+from .backends.jit import njit
+
+#: Reassociation lets LLVM split the dot products' sums over several accumulators (the
+#: sweep over sparse columns was bound by the latency of one add chain); rounding-level
+#: changes only, no assumption about NaN or inf.
+FAST = {"reassoc", "contract"}
+
+LOSS_LOGISTIC = 0
+LOSS_POISSON = 1
+
+#: Outcome codes per column and iteration (``status``).
+STEP_NEWTON = 0  # the Armijo line search accepted a step
+STEP_FALLBACK = 1  # the prox-gradient safeguard did
+STEP_STUCK = 2  # neither found a decrease representable in floating point
+
+
+# -- the losses, elementwise (formulas of losses.py) ---------------------------------------
+
+
+@njit(inline="always")
+def _loss(kind, z, y):
+    if kind == LOSS_LOGISTIC:
+        t = -y * z  # log(1 + exp(t)), without overflow
+        return max(t, 0.0) + math.log1p(math.exp(-abs(t)))
+    return math.exp(z) - y * z
+
+
+@njit(inline="always")
+def _derivative(kind, z, y):
+    if kind == LOSS_LOGISTIC:
+        t = -y * z
+        e = math.exp(-abs(t))
+        sig = 1.0 / (1.0 + e) if t >= 0.0 else e / (1.0 + e)
+        return -y * sig
+    return math.exp(z) - y
+
+
+@njit(inline="always")
+def _curvature(kind, z, y):
+    if kind == LOSS_LOGISTIC:
+        e = math.exp(-abs(z))
+        return e / ((1.0 + e) * (1.0 + e))
+    return math.exp(z)
+
+
+# -- columns of the design --------------------------------------------------------------
+
+
+@njit(inline="always")
+def _axpy(sparse, xd, indptr, indices, values, j, a, out):
+    """out += a X_j."""
+    if sparse:
+        for k in range(indptr[j], indptr[j + 1]):
+            out[indices[k]] += a * values[k]
+    else:
+        for i in range(xd.shape[0]):
+            out[i] += a * xd[i, j]
+
+
+# -- pieces of one iteration --------------------------------------------------------------
+
+
+@njit(inline="always")
+def _h_sum(code, w, lam, lb, ub, p):
+    acc = 0.0
+    for j in range(w.shape[0]):
+        acc += h_scalar(code, w[j], lam[j], lb[j], ub[j], p)
+    return acc
+
+
+@njit(inline="always")
+def _q_sum(kind, z, y, s):
+    acc = 0.0
+    for i in range(z.shape[0]):
+        acc += s[i] * _loss(kind, z[i], y[i])
+    return acc
+
+
+@njit(nogil=True)
+def _loss_derivatives(kind, y, s, z, work, curv):
+    """work = s o l'(z, y), curv = s o l''(z, y)."""
+    for i in range(z.shape[0]):
+        work[i] = s[i] * _derivative(kind, z[i], y[i])
+        curv[i] = s[i] * _curvature(kind, z[i], y[i])
+
+
+@njit(nogil=True)
+def _gradient_and_diagonal(sparse, xd, indptr, indices, values, work, curv, grad, hdiag):
+    """grad = X' work, hdiag = (X o X)' curv (one pass over X); returns max(hdiag)."""
+    if sparse:
+        _gradient_and_diagonal_sparse(indptr, indices, values, work, curv, grad, hdiag)
+    else:
+        _gradient_and_diagonal_dense(xd, work, curv, grad, hdiag)
+    top = 0.0
+    for j in range(grad.shape[0]):
+        top = max(top, hdiag[j])
+    return top
+
+
+@njit(nogil=True, fastmath=FAST)
+def _gradient_and_diagonal_sparse(indptr, indices, values, work, curv, grad, hdiag):
+    for j in range(grad.shape[0]):
+        acc = 0.0
+        acc_sq = 0.0
+        for q in range(indptr[j], indptr[j + 1]):
+            i = indices[q]
+            x = values[q]
+            acc += x * work[i]
+            acc_sq += x * x * curv[i]
+        grad[j] = acc
+        hdiag[j] = acc_sq
+
+
+@njit(nogil=True, fastmath=FAST)
+def _gradient_and_diagonal_dense(xd, work, curv, grad, hdiag):
+    for j in range(grad.shape[0]):
+        acc = 0.0
+        acc_sq = 0.0
+        for i in range(xd.shape[0]):
+            x = xd[i, j]
+            acc += x * work[i]
+            acc_sq += x * x * curv[i]
+        grad[j] = acc
+        hdiag[j] = acc_sq
+
+
+@njit(nogil=True)
+def _measure(
+    sparse, xd, indptr, indices, values, kind, y, s, z, w, code, lam, lb, ub, p,
+    curv, grad, hdiag, diag, step,
+):  # fmt: skip
+    """Gradient, Hessian weights and diagonal, floored metric and prox-gradient step at W.
+
+    Returns (||step||, ||W||)."""
+    # (three compiled functions, not one loop nest: LLVM made the fused version 4x
+    # slower on a 2000 x 5000 sparse X, measured)
+    work = np.empty(z.shape[0])
+    _loss_derivatives(kind, y, s, z, work, curv)
+    top = _gradient_and_diagonal(sparse, xd, indptr, indices, values, work, curv, grad, hdiag)
+    floor = max(1e-12 * top, 1e-300)  # newton._floor
+    step_sq = 0.0
+    w_sq = 0.0
+    for j in range(w.shape[0]):
+        d = max(hdiag[j], floor)
+        diag[j] = d
+        t, _ = prox_scalar(code, grad[j] - d * w[j], d, lam[j], lb[j], ub[j], p)
+        step[j] = t - w[j]
+        step_sq += step[j] * step[j]
+        w_sq += w[j] * w[j]
+    return math.sqrt(step_sq), math.sqrt(w_sq)
+
+
+@njit(inline="always")
+def _working_set(w, step, diag, free_row, use_ws, ws_min, ws_growth, score, rows):
+    """Rows of the model (newton._working_set): the support, the free row and the
+    largest violators sqrt(D) |step| (at most max(ws_min, ws_growth nnz)), ascending.
+
+    Returns the number of rows written to ``rows``."""
+    n = w.shape[0]
+    if not use_ws:
+        for j in range(n):
+            rows[j] = j
+        return n
+    nnz = 0
+    n_viol = 0
+    for j in range(n):
+        if w[j] != 0.0:
+            nnz += 1
+            score[j] = 0.0
+        else:
+            score[j] = math.sqrt(diag[j]) * abs(step[j])
+            if score[j] > 0.0:
+                n_viol += 1
+    cap = max(ws_min, ws_growth * nnz)
+    kth = 0.0
+    if n_viol > cap:
+        positive = np.empty(n_viol)
+        k = 0
+        for j in range(n):
+            if score[j] > 0.0:
+                positive[k] = score[j]
+                k += 1
+        kth = np.partition(positive, n_viol - cap)[n_viol - cap]  # the cap-th largest
+    count = 0
+    for j in range(n):
+        if w[j] != 0.0 or j == free_row or (score[j] > 0.0 and score[j] >= kth):
+            rows[count] = j
+            count += 1
+    return count
+
+
+@njit(nogil=True)
+def _model_sweeps(
+    sparse, xd, indptr, indices, values, curv, grad, hdiag, diag, code, lam, lb, ub, p,
+    rows, yk, theta, omega, inner_tol, inner_max_iter,
+):  # fmt: skip
+    """MSM sweeps on the model over the working set ``rows``, in place on yk (from W's
+    entries), H read through X.  Returns the number of sweeps."""
+    b = _model_diagonal(hdiag, diag, rows, theta, omega)
+    if sparse:
+        return _sweeps_sparse(
+            indptr, indices, values, curv, grad, code, lam, lb, ub, p, rows, yk, b, inner_tol,
+            inner_max_iter,
+        )  # fmt: skip
+    return _sweeps_dense(
+        xd, curv, grad, code, lam, lb, ub, p, rows, yk, b, inner_tol, inner_max_iter
+    )
+
+
+@njit(inline="always")
+def _model_diagonal(hdiag, diag, rows, theta, omega):
+    """B_jj = H_jj / omega + theta mean(diag H) (``solve``'s relative theta) on the rows;
+    the floored diagonal where both vanish."""
+    nws = rows.shape[0]
+    mean = 0.0
+    for k in range(nws):
+        mean += hdiag[rows[k]]
+    mean /= nws
+    b = np.empty(nws)
+    for k in range(nws):
+        j = rows[k]
+        b[k] = max(hdiag[j] / omega + theta * mean, diag[j] if hdiag[j] <= 0.0 else 0.0)
+    return b
+
+
+# The two sweeps keep v = c o X_W (Y - W), so that g_j(Y) = G_j + X_j' v (one pass over
+# X_j) and a move t of y_j is v += t (c o X_j) (a second pass over the same entries).
+
+
+@njit(nogil=True, fastmath=FAST)
+def _sweeps_sparse(
+    indptr, indices, values, curv, grad, code, lam, lb, ub, p, rows, yk, b, inner_tol,
+    inner_max_iter,
+):  # fmt: skip
+    v = np.zeros(curv.shape[0])
+    sweeps = 0
+    for _ in range(inner_max_iter):
+        change_sq = 0.0
+        norm_sq = 0.0
+        for k in range(rows.shape[0]):
+            j = rows[k]
+            g = grad[j]
+            for q in range(indptr[j], indptr[j + 1]):
+                g += values[q] * v[indices[q]]
+            t, _ = prox_scalar(code, g - b[k] * yk[k], b[k], lam[j], lb[j], ub[j], p)
+            dt = t - yk[k]
+            if dt != 0.0:
+                for q in range(indptr[j], indptr[j + 1]):
+                    i = indices[q]
+                    v[i] += dt * values[q] * curv[i]
+                yk[k] = t
+                change_sq += dt * dt
+            norm_sq += t * t
+        sweeps += 1
+        if math.sqrt(change_sq) <= inner_tol * max(math.sqrt(norm_sq), 1.0):
+            break
+    return sweeps
+
+
+@njit(nogil=True, fastmath=FAST)
+def _sweeps_dense(xd, curv, grad, code, lam, lb, ub, p, rows, yk, b, inner_tol, inner_max_iter):
+    m = curv.shape[0]
+    v = np.zeros(m)
+    sweeps = 0
+    for _ in range(inner_max_iter):
+        change_sq = 0.0
+        norm_sq = 0.0
+        for k in range(rows.shape[0]):
+            j = rows[k]
+            g = grad[j]
+            for i in range(m):
+                g += xd[i, j] * v[i]
+            t, _ = prox_scalar(code, g - b[k] * yk[k], b[k], lam[j], lb[j], ub[j], p)
+            dt = t - yk[k]
+            if dt != 0.0:
+                for i in range(m):
+                    v[i] += dt * xd[i, j] * curv[i]
+                yk[k] = t
+                change_sq += dt * dt
+            norm_sq += t * t
+        sweeps += 1
+        if math.sqrt(change_sq) <= inner_tol * max(math.sqrt(norm_sq), 1.0):
+            break
+    return sweeps
+
+
+@njit(nogil=True, fastmath=FAST)
+def _model_sweeps_gram(
+    xd, curv, grad, hdiag, diag, code, lam, lb, ub, p, rows, yk, theta, omega, inner_tol,
+    inner_max_iter,
+):  # fmt: skip
+    """:func:`_model_sweeps` with H = X_W' diag(c) X_W formed (one GEMM; dense X): a sweep
+    then costs |W|^2 instead of 2 m |W|."""
+    nws = rows.shape[0]
+    m = xd.shape[0]
+    root = np.sqrt(curv)
+    scaled = np.empty((nws, m))
+    for k in range(nws):
+        j = rows[k]
+        for i in range(m):
+            scaled[k, i] = xd[i, j] * root[i]
+    H = scaled @ scaled.T
+    b = np.empty(nws)
+    mean = 0.0
+    for k in range(nws):
+        mean += H[k, k]
+    mean /= nws
+    for k in range(nws):
+        b[k] = max(H[k, k] / omega + theta * mean, diag[rows[k]] if H[k, k] <= 0.0 else 0.0)
+    d = np.zeros(nws)  # Y - W
+    sweeps = 0
+    for _ in range(inner_max_iter):
+        change_sq = 0.0
+        norm_sq = 0.0
+        for k in range(nws):
+            j = rows[k]
+            g = grad[j]
+            for q in range(nws):
+                g += H[k, q] * d[q]
+            t, _ = prox_scalar(code, g - b[k] * yk[k], b[k], lam[j], lb[j], ub[j], p)
+            dt = t - yk[k]
+            if dt != 0.0:
+                d[k] += dt
+                yk[k] = t
+                change_sq += dt * dt
+            norm_sq += t * t
+        sweeps += 1
+        if math.sqrt(change_sq) <= inner_tol * max(math.sqrt(norm_sq), 1.0):
+            break
+    return sweeps
+
+
+@njit(nogil=True)
+def _direction(sparse, xd, indptr, indices, values, grad, w, code, lam, lb, ub, p, rows, yk, d, u):
+    """d = Y - W on the rows, u = X d (afresh: no drift of the sweeps' running product);
+    returns the predicted decrease Delta = <G, d> + h(Y) - h(W) and h off the rows."""
+    delta = 0.0
+    for k in range(rows.shape[0]):
+        j = rows[k]
+        d[k] = yk[k] - w[j]
+        delta += grad[j] * d[k]
+        delta += h_scalar(code, yk[k], lam[j], lb[j], ub[j], p)
+        delta -= h_scalar(code, w[j], lam[j], lb[j], ub[j], p)
+    h_rest = 0.0  # summed directly (no cancellation against h on the rows)
+    k = 0
+    for j in range(w.shape[0]):
+        if k < rows.shape[0] and rows[k] == j:
+            k += 1
+        else:
+            h_rest += h_scalar(code, w[j], lam[j], lb[j], ub[j], p)
+    u[:] = 0.0
+    for k in range(rows.shape[0]):
+        if d[k] != 0.0:
+            _axpy(sparse, xd, indptr, indices, values, rows[k], d[k], u)
+    return delta, h_rest
+
+
+@njit(nogil=True)
+def _line_search(
+    kind, y, s, z, w, f0, code, lam, lb, ub, p, rows, d, u, delta, h_rest, rounding, sigma,
+    max_halvings, stats,
+):  # fmt: skip
+    """Armijo backtracking along W + beta d (newton.NewtonMethod._line_search), in place
+    on w and z.  Returns (accepted, F)."""
+    z_try = np.empty_like(z)
+    w_try = np.empty_like(w)  # W's dtype: F is evaluated at the point that is stored
+    tiny = rounding * abs(f0)
+    beta = 1.0
+    for trial in range(max_halvings + 1):
+        stats[1] = trial + 1
+        for i in range(z.shape[0]):
+            z_try[i] = z[i] + beta * u[i]
+        h_try = h_rest
+        for k in range(rows.shape[0]):
+            j = rows[k]
+            w_try[k] = w[j] + beta * d[k]
+            h_try += h_scalar(code, w_try[k], lam[j], lb[j], ub[j], p)
+        f_try = _q_sum(kind, z_try, y, s) + h_try
+        # Armijo; where the predicted decrease is below the rounding of F (at the optimum
+        # to machine precision) a step that does not increase F is taken
+        flat = (-delta <= tiny) and (f_try <= f0 + tiny)
+        if (delta < 0.0 and f_try <= f0 + sigma * beta * delta) or flat:
+            for k in range(rows.shape[0]):
+                w[rows[k]] = w_try[k]
+            z[:] = z_try
+            return True, f_try
+        beta *= 0.5
+    return False, f0
+
+
+@njit(nogil=True)
+def _safeguard(
+    sparse, xd, indptr, indices, values, kind, y, s, z, w, f0, code, lam, lb, ub, p, grad,
+    diag, sigma, max_doublings, stats,
+):  # fmt: skip
+    """Diagonal prox-gradient steps with a doubling metric tau D until F decreases, in
+    place on w and z.  Returns (accepted, F)."""
+    pw = np.empty_like(w)
+    z_try = np.empty_like(z)
+    tau = 1.0
+    for attempt in range(max_doublings):
+        stats[2] = attempt + 1
+        decrease = 0.0
+        z_try[:] = z
+        for j in range(w.shape[0]):
+            t, _ = prox_scalar(
+                code, grad[j] - tau * diag[j] * w[j], tau * diag[j], lam[j], lb[j], ub[j], p
+            )
+            pw[j] = t
+            dp = t - w[j]
+            if dp != 0.0:
+                decrease += diag[j] * dp * dp
+                _axpy(sparse, xd, indptr, indices, values, j, dp, z_try)
+        decrease *= 0.5 * tau
+        f_try = _q_sum(kind, z_try, y, s) + _h_sum(code, pw, lam, lb, ub, p)
+        if decrease > 0.0 and f_try <= f0 - sigma * decrease:
+            w[:] = pw
+            z[:] = z_try
+            return True, f_try
+        tau *= 2.0
+    return False, f0
+
+
+@njit(nogil=True)
+def _column_step(
+    sparse, xd, indptr, indices, values, kind, y, s, z, w, f0, code, lam, lb, ub, p,
+    curv, grad, hdiag, diag, step, free_row, use_ws, ws_min, ws_growth, inner_tol,
+    inner_max_iter, theta, omega, rounding, sigma, max_halvings, max_doublings, sweeps_guess,
+    stats,
+):  # fmt: skip
+    """One proximal Newton iteration on one problem, in place on w and z.
+
+    ``curv, grad, hdiag, diag, step`` are the measure at W on entry (:func:`_measure`);
+    ``stats`` receives [inner sweeps, line-search trials, safeguard trials, working-set
+    size, outcome code].  Returns F at the new W (f0 when stuck)."""
+    n = w.shape[0]
+    score = np.empty(n)
+    all_rows = np.empty(n, dtype=np.int64)
+    nws = _working_set(w, step, diag, free_row, use_ws, ws_min, ws_growth, score, all_rows)
+    stats[3] = nws
+    stats[4] = STEP_NEWTON
+    if nws == 0:  # no row to move: W is optimal (the flat rule accepts it)
+        return f0
+    rows = all_rows[:nws]
+    yk = np.empty(nws)
+    for k in range(nws):
+        yk[k] = w[rows[k]]
+    m = z.shape[0]
+    # dense X: form H when that is cheaper over the sweeps expected (as many as last time;
+    # the GEMM counted at a quarter of the loops' cost per flop)
+    expected = max(sweeps_guess, 1)
+    if not sparse and 0.25 * m * nws * nws + expected * nws * nws < 2.0 * expected * m * nws:
+        stats[0] = _model_sweeps_gram(
+            xd, curv, grad, hdiag, diag, code, lam, lb, ub, p, rows, yk, theta, omega,
+            inner_tol, inner_max_iter,
+        )  # fmt: skip
+    else:
+        stats[0] = _model_sweeps(
+            sparse, xd, indptr, indices, values, curv, grad, hdiag, diag, code, lam, lb, ub,
+            p, rows, yk, theta, omega, inner_tol, inner_max_iter,
+        )  # fmt: skip
+    d = np.empty(nws)
+    u = np.empty(z.shape[0])
+    delta, h_rest = _direction(
+        sparse, xd, indptr, indices, values, grad, w, code, lam, lb, ub, p, rows, yk, d, u
+    )
+    ok, f = _line_search(
+        kind, y, s, z, w, f0, code, lam, lb, ub, p, rows, d, u, delta, h_rest, rounding,
+        sigma, max_halvings, stats,
+    )  # fmt: skip
+    if ok:
+        return f
+    stats[4] = STEP_FALLBACK
+    ok, f = _safeguard(
+        sparse, xd, indptr, indices, values, kind, y, s, z, w, f0, code, lam, lb, ub, p, grad,
+        diag, sigma, max_doublings, stats,
+    )  # fmt: skip
+    if not ok:  # no decrease representable in floating point: this problem stops
+        stats[4] = STEP_STUCK
+    return f
+
+
+@njit(nogil=True)
+def step_columns(
+    sparse, xd, indptr, indices, values, kind, Y, s, Z, W, F, cols, c0, c1, code, lam, lb,
+    ub, p, CURV, GRAD, HDIAG, DIAG, STEP, free_row, use_ws, ws_min, ws_growth, inner_tols,
+    inner_max_iter, theta, omega, rounding, sigma, max_halvings, max_doublings, last_sweeps,
+    stats, step_norm, w_norm,
+):  # fmt: skip
+    """One outer iteration on the problems cols[c0:c1] (rows of W, Z, ...), then the new
+    measure; ``step_norm``/``w_norm`` (per entry of cols) get ||P - W|| and ||W||."""
+    for a in range(c0, c1):
+        c = cols[a]
+        F[c] = _column_step(
+            sparse, xd, indptr, indices, values, kind, Y[c], s, Z[c], W[c], F[c], code, lam,
+            lb, ub, p, CURV[c], GRAD[c], HDIAG[c], DIAG[c], STEP[c], free_row, use_ws,
+            ws_min, ws_growth, inner_tols[a], inner_max_iter, theta, omega, rounding, sigma,
+            max_halvings, max_doublings, last_sweeps[c], stats[a],
+        )  # fmt: skip
+        last_sweeps[c] = stats[a, 0]
+        step_norm[a], w_norm[a] = _measure(
+            sparse, xd, indptr, indices, values, kind, Y[c], s, Z[c], W[c], code, lam, lb,
+            ub, p, CURV[c], GRAD[c], HDIAG[c], DIAG[c], STEP[c],
+        )  # fmt: skip
+
+
+@njit(nogil=True)
+def measure_columns(
+    sparse, xd, indptr, indices, values, kind, Y, s, Z, W, F, c0, c1, code, lam, lb, ub,
+    p, CURV, GRAD, HDIAG, DIAG, STEP, step_norm, w_norm,
+):  # fmt: skip
+    """F, the measure and ||P - W||, ||W|| of the problems c0..c1 at W (the start)."""
+    for c in range(c0, c1):
+        F[c] = _q_sum(kind, Z[c], Y[c], s) + _h_sum(code, W[c], lam, lb, ub, p)
+        step_norm[c], w_norm[c] = _measure(
+            sparse, xd, indptr, indices, values, kind, Y[c], s, Z[c], W[c], code, lam, lb,
+            ub, p, CURV[c], GRAD[c], HDIAG[c], DIAG[c], STEP[c],
+        )  # fmt: skip
