@@ -26,11 +26,19 @@ import numpy as np
 
 from .backends.cpu_kernels import h_scalar, prox_scalar
 from .backends.jit import njit
+from .penalties import CODE_BOX, CODE_L1
 
 #: Reassociation lets LLVM split the dot products' sums over several accumulators (the
 #: sweep over sparse columns was bound by the latency of one add chain); rounding-level
 #: changes only, no assumption about NaN or inf.
 FAST = {"reassoc", "contract"}
+
+#: Anderson acceleration of the inner sweeps (convex h): every ANDERSON_DEPTH sweeps the
+#: combination of the last iterates that best cancels their differences is tried, and kept
+#: only if it lowers the model (Bertrand & Massias 2021, "Anderson acceleration of
+#: coordinate descent").  Measured on the Zipf text model at its optimum: 48 -> 18 sweeps
+#: to a 1e-6 change, 108 -> 36 to 1e-8.
+ANDERSON_DEPTH = 5
 
 LOSS_LOGISTIC = 0
 LOSS_POISSON = 1
@@ -224,13 +232,14 @@ def _model_sweeps(
     """MSM sweeps on the model over the working set ``rows``, in place on yk (from W's
     entries), H read through X.  Returns the number of sweeps."""
     b = _model_diagonal(hdiag, diag, rows, theta, omega)
+    depth = ANDERSON_DEPTH if code == CODE_BOX or code == CODE_L1 else 0  # convex h only
     if sparse:
         return _sweeps_sparse(
             indptr, indices, values, curv, grad, code, lam, lb, ub, p, rows, yk, b, inner_tol,
-            inner_max_iter,
+            inner_max_iter, depth,
         )  # fmt: skip
     return _sweeps_dense(
-        xd, curv, grad, code, lam, lb, ub, p, rows, yk, b, inner_tol, inner_max_iter
+        xd, curv, grad, code, lam, lb, ub, p, rows, yk, b, inner_tol, inner_max_iter, depth
     )
 
 
@@ -257,9 +266,10 @@ def _model_diagonal(hdiag, diag, rows, theta, omega):
 @njit(nogil=True, fastmath=FAST)
 def _sweeps_sparse(
     indptr, indices, values, curv, grad, code, lam, lb, ub, p, rows, yk, b, inner_tol,
-    inner_max_iter,
+    inner_max_iter, depth,
 ):  # fmt: skip
     v = np.zeros(curv.shape[0])
+    history = _AndersonHistory(depth, yk, v)
     sweeps = 0
     for _ in range(inner_max_iter):
         change_sq = 0.0
@@ -281,13 +291,17 @@ def _sweeps_sparse(
         sweeps += 1
         if math.sqrt(change_sq) <= inner_tol * max(math.sqrt(norm_sq), 1.0):
             break
+        _anderson(history, yk, v, rows, grad, curv, code, lam, lb, ub, p)
     return sweeps
 
 
 @njit(nogil=True, fastmath=FAST)
-def _sweeps_dense(xd, curv, grad, code, lam, lb, ub, p, rows, yk, b, inner_tol, inner_max_iter):
+def _sweeps_dense(
+    xd, curv, grad, code, lam, lb, ub, p, rows, yk, b, inner_tol, inner_max_iter, depth
+):
     m = curv.shape[0]
     v = np.zeros(m)
+    history = _AndersonHistory(depth, yk, v)
     sweeps = 0
     for _ in range(inner_max_iter):
         change_sq = 0.0
@@ -308,7 +322,106 @@ def _sweeps_dense(xd, curv, grad, code, lam, lb, ub, p, rows, yk, b, inner_tol, 
         sweeps += 1
         if math.sqrt(change_sq) <= inner_tol * max(math.sqrt(norm_sq), 1.0):
             break
+        _anderson(history, yk, v, rows, grad, curv, code, lam, lb, ub, p)
     return sweeps
+
+
+@njit(inline="always")
+def _AndersonHistory(depth, yk, v):
+    """(depth, start Y, iterates Y_0.., their v = c o X_W (Y - W), count) for _anderson."""
+    rows = depth + 1 if depth > 0 else 1
+    return (depth, yk.copy(), np.empty((rows, yk.shape[0])), np.empty((rows, v.shape[0])),
+            np.zeros(1, dtype=np.int64))  # fmt: skip
+
+
+@njit(inline="always")
+def _anderson(history, yk, v, rows, grad, curv, code, lam, lb, ub, p):
+    """Record the sweep's (Y, v); after depth + 1 of them, replace (Y, v) by the
+    extrapolation sum_a c_a Y_{a+1} (c: argmin ||sum_a c_a (Y_{a+1} - Y_a)||, sum c = 1)
+    if that lowers the model Q(Y) = <G, Y - W> + 1/2 (Y - W)' H (Y - W) + h(Y).  v is
+    linear in Y, so the extrapolated v is the same combination (no pass over X), and
+    (Y - W)' H (Y - W) = sum_i v_i^2 / c_i (v_i = 0 where c_i = 0)."""
+    depth, y_start, ys, vs, count = history
+    if depth == 0:
+        return
+    n = count[0]
+    ys[n] = yk
+    vs[n] = v
+    count[0] = n + 1
+    if n < depth:
+        return
+    count[0] = 0
+    gram = np.zeros((depth, depth))
+    for a in range(depth):
+        for c in range(a + 1):
+            acc = 0.0
+            for k in range(yk.shape[0]):
+                acc += (ys[a + 1, k] - ys[a, k]) * (ys[c + 1, k] - ys[c, k])
+            gram[a, c] = acc
+            gram[c, a] = acc
+    coef = _solve_ones(gram)
+    if coef is None:
+        return
+    y_ext = np.zeros(yk.shape[0])
+    v_ext = np.zeros(v.shape[0])
+    for a in range(depth):
+        y_ext += coef[a] * ys[a + 1]
+        v_ext += coef[a] * vs[a + 1]
+    if _model_value(y_ext, v_ext, y_start, rows, grad, curv, code, lam, lb, ub, p) < (
+        _model_value(yk, v, y_start, rows, grad, curv, code, lam, lb, ub, p)
+    ):
+        yk[:] = y_ext
+        v[:] = v_ext
+
+
+@njit(inline="always")
+def _solve_ones(gram):
+    """c = G^-1 1 / (1' G^-1 1) by Cholesky of G + 1e-10 tr(G)/d I; None if G is 0."""
+    d = gram.shape[0]
+    tr = 0.0
+    for a in range(d):
+        tr += gram[a, a]
+    if not tr > 0.0:
+        return None
+    low = np.zeros((d, d))
+    for a in range(d):
+        for c in range(a + 1):
+            acc = gram[a, c] + (1e-10 * tr / d if a == c else 0.0)
+            for q in range(c):
+                acc -= low[a, q] * low[c, q]
+            if a == c:
+                if not acc > 0.0:
+                    return None
+                low[a, a] = math.sqrt(acc)
+            else:
+                low[a, c] = acc / low[c, c]
+    z = np.ones(d)
+    for a in range(d):  # L z = 1
+        for q in range(a):
+            z[a] -= low[a, q] * z[q]
+        z[a] /= low[a, a]
+    for a in range(d - 1, -1, -1):  # L' c = z
+        for q in range(a + 1, d):
+            z[a] -= low[q, a] * z[q]
+        z[a] /= low[a, a]
+    total = z.sum()
+    if not (abs(total) > 0.0 and math.isfinite(total)):
+        return None
+    return z / total
+
+
+@njit(inline="always")
+def _model_value(y, v, y_start, rows, grad, curv, code, lam, lb, ub, p):
+    """Q(Y) - q(W) with Y - W = y - y_start on the rows (v = c o X_W (Y - W))."""
+    acc = 0.0
+    for k in range(rows.shape[0]):
+        j = rows[k]
+        acc += grad[j] * (y[k] - y_start[k]) + h_scalar(code, y[k], lam[j], lb[j], ub[j], p)
+    quad = 0.0
+    for i in range(v.shape[0]):
+        if curv[i] > 0.0:
+            quad += v[i] * v[i] / curv[i]
+    return acc + 0.5 * quad
 
 
 @njit(nogil=True, fastmath=FAST)
