@@ -259,6 +259,22 @@ def _model_diagonal(hdiag, diag, rows, theta, omega):
     return b
 
 
+@njit(inline="always")
+def _step_1d(code, g, b, yk, k, lam, lb, ub, p):
+    """MSM's 1-D step on y_k (paper, eq. (3)): y_k = argmin_t h(t) + 1/2 b t^2 +
+    t (g - b y_k), g the model's partial derivative at the current Y.  Returns the move."""
+    t, _ = prox_scalar(code, g - b * yk[k], b, lam, lb, ub, p)
+    dt = t - yk[k]
+    yk[k] = t
+    return dt
+
+
+@njit(inline="always")
+def _inner_converged(change_sq, norm_sq, inner_tol):
+    """The inner stopping rule: ||Y_new - Y|| <= inner_tol max(||Y_new||, 1)."""
+    return math.sqrt(change_sq) <= inner_tol * max(math.sqrt(norm_sq), 1.0)
+
+
 # The two sweeps keep v = c o X_W (Y - W), so that g_j(Y) = G_j + X_j' v (one pass over
 # X_j) and a move t of y_j is v += t (c o X_j) (a second pass over the same entries).
 
@@ -279,17 +295,15 @@ def _sweeps_sparse(
             g = grad[j]
             for q in range(indptr[j], indptr[j + 1]):
                 g += values[q] * v[indices[q]]
-            t, _ = prox_scalar(code, g - b[k] * yk[k], b[k], lam[j], lb[j], ub[j], p)
-            dt = t - yk[k]
+            dt = _step_1d(code, g, b[k], yk, k, lam[j], lb[j], ub[j], p)
             if dt != 0.0:
                 for q in range(indptr[j], indptr[j + 1]):
                     i = indices[q]
                     v[i] += dt * values[q] * curv[i]
-                yk[k] = t
                 change_sq += dt * dt
-            norm_sq += t * t
+            norm_sq += yk[k] * yk[k]
         sweeps += 1
-        if math.sqrt(change_sq) <= inner_tol * max(math.sqrt(norm_sq), 1.0):
+        if _inner_converged(change_sq, norm_sq, inner_tol):
             break
         _anderson(history, yk, v, rows, grad, curv, code, lam, lb, ub, p)
     return sweeps
@@ -311,16 +325,14 @@ def _sweeps_dense(
             g = grad[j]
             for i in range(m):
                 g += xd[i, j] * v[i]
-            t, _ = prox_scalar(code, g - b[k] * yk[k], b[k], lam[j], lb[j], ub[j], p)
-            dt = t - yk[k]
+            dt = _step_1d(code, g, b[k], yk, k, lam[j], lb[j], ub[j], p)
             if dt != 0.0:
                 for i in range(m):
                     v[i] += dt * xd[i, j] * curv[i]
-                yk[k] = t
                 change_sq += dt * dt
-            norm_sq += t * t
+            norm_sq += yk[k] * yk[k]
         sweeps += 1
-        if math.sqrt(change_sq) <= inner_tol * max(math.sqrt(norm_sq), 1.0):
+        if _inner_converged(change_sq, norm_sq, inner_tol):
             break
         _anderson(history, yk, v, rows, grad, curv, code, lam, lb, ub, p)
     return sweeps
@@ -457,15 +469,13 @@ def _model_sweeps_gram(
             g = grad[j]
             for q in range(nws):
                 g += H[k, q] * d[q]
-            t, _ = prox_scalar(code, g - b[k] * yk[k], b[k], lam[j], lb[j], ub[j], p)
-            dt = t - yk[k]
+            dt = _step_1d(code, g, b[k], yk, k, lam[j], lb[j], ub[j], p)
             if dt != 0.0:
                 d[k] += dt
-                yk[k] = t
                 change_sq += dt * dt
-            norm_sq += t * t
+            norm_sq += yk[k] * yk[k]
         sweeps += 1
-        if math.sqrt(change_sq) <= inner_tol * max(math.sqrt(norm_sq), 1.0):
+        if _inner_converged(change_sq, norm_sq, inner_tol):
             break
     return sweeps
 
