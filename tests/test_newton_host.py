@@ -39,6 +39,21 @@ def data(seed, m=120, n=25, density=None, r=None):
     return x, y, counts
 
 
+def direct_objective_of(loss, penalty, x):
+    """F per problem from the formulas (float64, NumPy): weighted mean loss + h."""
+    coef = np.asarray(x, dtype=np.float64).reshape(loss.n_coef, -1)
+    w, b = (coef[:-1], coef[-1]) if loss.fit_intercept else (coef, 0.0)
+    z = np.asarray(loss.X @ w) + b
+    y = np.asarray(loss.Y, dtype=np.float64).reshape(z.shape)
+    if isinstance(loss, mg.Logistic):
+        per_sample = np.logaddexp(0.0, -np.where(y == 0, -1.0, y) * z)
+    else:
+        per_sample = np.exp(z) - y * z
+    s = loss.sample_shares()[:, None]
+    h = 0.0 if penalty is None else np.sum(penalty.value(w), axis=0)
+    return np.sum(s * per_sample, axis=0) + h
+
+
 def both_roads(loss, penalty, **kw):
     out = {}
     for host in (True, False):
@@ -80,7 +95,10 @@ def test_compiled_road_reaches_the_numpy_loops_objective(name, shape, loss_name,
     f_host, f_np = host.info["fun_columns"], numpy_loop.info["fun_columns"]
     np.testing.assert_allclose(f_host, f_np, rtol=1e-11, atol=1e-14)
     np.testing.assert_allclose(host.x, numpy_loop.x, atol=1e-6)
-    # the objective history is F itself, recomputed here from x
+    # the F the compiled road tracks (from its running X W) is F at its x, computed here
+    np.testing.assert_allclose(
+        f_host, direct_objective_of(loss, penalty, host.x), rtol=1e-12, atol=1e-15
+    )
     assert host.objective[-1] == pytest.approx(host.fun, rel=1e-12)
     assert np.all(np.diff(host.objective) <= 1e-12 * np.abs(host.objective[:-1]))
     assert host.info["hessian"] == "exact" and host.info["inner_iterations"] > 0
