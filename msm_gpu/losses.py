@@ -126,6 +126,14 @@ class GLMLoss(Loss):
     def _check_targets(self, y):
         return y
 
+    def sample_shares(self):
+        """The sample weights normalised to sum 1 (host float64, (m,)); uniform if none."""
+        m = self.X.shape[0]
+        if self.sample_weight is None:
+            return np.full(m, 1.0 / m)
+        s = to_host(self.sample_weight).astype(np.float64)
+        return s / s.sum()
+
     def __repr__(self):
         return (
             f"{type(self).__name__}(X.shape={tuple(self.X.shape)}, Y.shape={tuple(self.Y.shape)}, "
@@ -259,12 +267,7 @@ class PreparedGLM:
         y = loss._y_host
         y = y[:, None] if y.ndim == 1 else y
         self.y = xp.asarray(y, dtype=self.dtype)
-        if loss.sample_weight is None:
-            s = np.full(m, 1.0 / m)
-        else:
-            s = to_host(loss.sample_weight).astype(np.float64)
-            s = s / s.sum()
-        self.s = xp.asarray(s[:, None], dtype=self.dtype)
+        self.s = xp.asarray(loss.sample_shares()[:, None], dtype=self.dtype)
         # squared design for Hessian diagonals: diag(X' diag(w) X) = (X o X)' w
         self._design_sq_t = self.design_t.multiply(self.design_t).tocsr() if self.sparse else None
 

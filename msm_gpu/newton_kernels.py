@@ -3,15 +3,18 @@
 The same iteration as :class:`msm_gpu.newton.NewtonMethod` (module docstring of
 ``newton.py``: working set, forcing sequence, Armijo backtracking, prox-gradient
 safeguard, stopping measure), compiled whole, so that an outer iteration costs a few
-passes over the nonzeros of X instead of tens of NumPy calls; and with the model's
-Hessian H = X_W' diag(c) X_W never formed.  The inner MSM sweep (paper, eq. (3), with
-B = D/omega + L + theta I) reads H through X: the model's partial derivative at Y is
+passes over the nonzeros of X instead of tens of NumPy calls.  The inner MSM sweep
+(paper, eq. (3), with B = D/omega + L + theta I) reads the model's Hessian
+H = X_W' diag(c) X_W through X instead of forming it: the model's partial derivative at
+Y is
 
     g_j(Y) = G_j + X_j' (c o X_W (Y - W_k)),
 
-and u = X_W (Y - W_k) is kept up to date after every 1-D step (u += t X_j), so a sweep
-costs O(nnz(X_W)) rather than O(|W|^2) + the O(m |W|^2) of forming H.  The 1-D step is
-MSM's: t = argmin_t h(t) + 1/2 B_jj t^2 + t (g_j(Y) - B_jj y_j).
+and v = c o X_W (Y - W_k) is kept up to date after every 1-D step (v += t (c o X_j)), so
+a sweep costs O(nnz(X_W)) rather than O(|W|^2) + the O(m |W|^2) of forming H.  For dense X
+H is formed (one GEMM) where the sweeps expected make that cheaper
+(:func:`_model_sweeps_gram`).  The 1-D step is MSM's:
+t = argmin_t h(t) + 1/2 B_jj t^2 + t (g_j(Y) - B_jj y_j).
 
 Layout: the design by columns (dense: an (m, n) Fortran-order array; sparse: CSC
 ``indptr, indices, values``), the iterate and the predictor one row per problem
@@ -452,13 +455,7 @@ def _model_sweeps_gram(
         for i in range(m):
             scaled[k, i] = xd[i, j] * root[i]
     H = scaled @ scaled.T
-    b = np.empty(nws)
-    mean = 0.0
-    for k in range(nws):
-        mean += H[k, k]
-    mean /= nws
-    for k in range(nws):
-        b[k] = max(H[k, k] / omega + theta * mean, diag[rows[k]] if H[k, k] <= 0.0 else 0.0)
+    b = _model_diagonal(hdiag, diag, rows, theta, omega)  # diag(H) = hdiag on the rows
     d = np.zeros(nws)  # Y - W
     sweeps = 0
     for _ in range(inner_max_iter):
