@@ -222,7 +222,7 @@ def l0_sweeps(gram, r, h0, lam, n_sweeps, *, omega=1.0, theta=0.01, backend="cpu
     be = get_backend(backend, r)
     k = gram.shape[0]
     splitting = make_splitting(np.diagonal(gram), omega, theta, False)
-    if be.name == "cpu":
+    if be.on_host:
         return _l0_sparse_sweeps_cpu(gram, r, h0, lam, n_sweeps, splitting.b_diag)
     a = be.asarray(gram, np.float64)
     pen = L0(lam)
