@@ -56,17 +56,27 @@ def make_problem(n, r, dtype, seed=0):
 CLOCK = time.perf_counter
 
 
-def _times(fn, calls, drop=1):
+def _times(fn, calls, drop=1, before=None):
     times = []
     for _ in range(calls):
+        if before is not None:
+            before()
         t0 = CLOCK()
         fn()
         times.append(CLOCK() - t0)
     return times[drop:]
 
 
-def time_solve(n, r, dtype, repeats, k1=2, k2=10):
-    """Medians of: GEMM, solve(max_iter=k1), solve(max_iter=k2), one sweep alone."""
+#: Seconds after NumPy's threaded GEMM before its OpenBLAS threads stop spinning (measured:
+#: 0.1 s of CPU time spent in a 0.2 s sleep after one GEMM).
+BLAS_QUIET_S = 0.25
+
+
+def time_solve(n, r, dtype, repeats, k1=2, k2=10, after_gemm=False):
+    """Medians of: GEMM, solve(max_iter=k1), solve(max_iter=k2), one sweep alone.
+
+    ``after_gemm``: every timed call comes right after NumPy's threaded ``A @ X`` (whose
+    BLAS threads then spin beside the solve), else after the BLAS threads went quiet."""
     a, rhs, x = make_problem(n, r, dtype)
     penalty = mg.NonNeg()
 
@@ -77,14 +87,25 @@ def time_solve(n, r, dtype, repeats, k1=2, k2=10):
     split = make_splitting(np.diag(a).astype(np.float64), 1.0, 0.01, True)
     state = CpuBackend().start(a, rhs, x, split, penalty.table(n), penalty.code, default_panel(n))
     gemm, gemm1, t1, t2, sweeps = [], [], [], [], []
+
+    def before():  # the state the solves start from
+        if after_gemm:
+            a @ x  # the user's threaded GEMM: its BLAS threads spin while the solve runs
+
     try:
         for _ in range(repeats):
             gemm += _times(lambda: a @ x, 4)
             with threadpool_limits(1, user_api="blas"):
                 gemm1 += _times(lambda: a @ x, 4)
-            t1 += _times(lambda: solve(k1), 2, drop=0)
-            t2 += _times(lambda: solve(k2), 2, drop=0)
-            sweeps += _times(state.sweep, 3)
+            if not after_gemm:
+                # OpenBLAS's threads spin for about 0.1 s after a threaded call (its
+                # THREAD_TIMEOUT) and take the core the sweep's second thread needs: wait
+                # them out, then one untimed call
+                time.sleep(BLAS_QUIET_S)
+                solve(1)
+            t1 += _times(lambda: solve(k1), 2, drop=0, before=before)
+            t2 += _times(lambda: solve(k2), 2, drop=0, before=before)
+            sweeps += _times(state.sweep, 3, before=before)
     finally:
         state.close()
     med = statistics.median
@@ -100,6 +121,11 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", type=Path, default=None, help="folder for cpu_solve.png")
     parser.add_argument("--clock", choices=("wall", "process"), default="wall")
+    parser.add_argument(
+        "--after-gemm",
+        action="store_true",
+        help="time every call right after a threaded NumPy GEMM (its BLAS threads spinning)",
+    )
     args = parser.parse_args(argv)
     global CLOCK
     CLOCK = time.perf_counter if args.clock == "wall" else time.process_time
@@ -107,7 +133,8 @@ def main(argv=None):
     print(describe())
     print(
         "mg.solve(A, R, NonNeg(), x0=X, tol=0, max_iter=k), default options, in GEMMs A @ X "
-        f"(median of {args.repeats} rounds, {args.clock} clock); "
+        f"(median of {args.repeats} rounds, {args.clock} clock, "
+        f"{'right after a threaded GEMM' if args.after_gemm else 'BLAS threads quiet'}); "
         f"targets: per iter <= {TARGET_ITER}, "
         f"fixed <= {TARGET_FIXED}"
     )
@@ -121,7 +148,9 @@ def main(argv=None):
         shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     for n, r in shapes:
         for dtype in (np.float64, np.float32):
-            gemm, t1, t2, sweep, (k1, k2) = time_solve(n, r, dtype, args.repeats)
+            gemm, t1, t2, sweep, (k1, k2) = time_solve(
+                n, r, dtype, args.repeats, after_gemm=args.after_gemm
+            )
             per_iter = (t2 - t1) / (k2 - k1)
             fixed = t1 - k1 * per_iter
             row = (n, r, np.dtype(dtype).name, per_iter / gemm, fixed / gemm, sweep / gemm)

@@ -212,8 +212,17 @@ def _solve_on_backend(problem, started, options):
             check=opts.check_convergence,
         )
         if not opts.finishes:  # the paper's plain MSM
+            # x_init is a fresh array (scaled x0 or zeros) that nothing reads afterwards
             stepper = MsmMethod(
-                be, a, r, x_init, penalty, splitting, opts.panel, threads=opts.threads
+                be,
+                a,
+                r,
+                x_init,
+                penalty,
+                splitting,
+                opts.panel,
+                threads=opts.threads,
+                x0_owned=True,
             )
             out = run_iterations(stepper, n_cols=n_cols, **loop_options)
         else:  # sweeps find the face, an exact solve on it finishes (finish.py)

@@ -43,29 +43,42 @@ class MsmMethod(IterativeMethod):
     statistics from which the step norms and the exact objective update follow.
     """
 
-    def __init__(self, backend, a, r, x0, penalty, splitting, panel, *, threads=None):
+    def __init__(
+        self, backend, a, r, x0, penalty, splitting, panel, *, threads=None, x0_owned=False
+    ):
         self._xp = backend.xp
         self._a, self._r, self._x0, self._penalty = a, r, x0, penalty
         self._splitting = splitting
         self._panel = panel
         self._state = backend.start(
-            a, r, x0, splitting, penalty.table(a.shape[0]), penalty.code, panel
+            a, r, x0, splitting, penalty.table(a.shape[0]), penalty.code, panel, x0_owned=x0_owned
         )
         self._state.max_threads = threads
         self._f = self._h = None
         self._anchored = False
+        self._first_stats = None  # a sweep done by start_objective, reported by step
         self._active_dev = self._xp.asarray(self._state.active)
 
     @property
     def active(self):
         return self._state.active
 
-    def start_objective(self):
+    def start_objective(self, will_step=False):
+        if will_step:
+            # the backend may take F(X_0) from the first sweep's own products
+            fused = self._state.sweep_with_objective()
+            if fused is not None:
+                terms, self._first_stats = fused
+                self._set_terms(terms)
+                return
         self._objective_at(None)
 
     def step(self, record_objective):
         xp = self._xp
-        stats = self._state.sweep()
+        if self._first_stats is not None:
+            stats, self._first_stats = self._first_stats, None
+        else:
+            stats = self._state.sweep()
         if record_objective:
             if self._anchored and len(self.active) == self._f.shape[0]:  # all columns
                 self._f += stats[STAT_QUAD] + stats[STAT_HZ] - self._h
@@ -85,6 +98,9 @@ class MsmMethod(IterativeMethod):
         if terms is None:
             x = self._state.current_x() if x is None else x
             terms = column_objectives(self._xp, self._a, self._r, x, self._penalty)
+        self._set_terms(terms)
+
+    def _set_terms(self, terms):
         self._f, self._h = terms
         self._anchored = bool(self._xp.all(self._xp.isfinite(self._f)))
 

@@ -697,7 +697,8 @@ def run_msm_finished(
     face solves of a convex finish need it, so without it the plain MSM run (to its own
     stopping rule) is returned, with ``info["finish_skipped"]`` saying why.
     ``fine``: a and r in float64 for a float32 problem (``Problem.fine``): the finish
-    and the reported KKT residual use them.
+    and the reported KKT residual use them.  ``x0`` is handed over: the sweeps may
+    overwrite it.
     ``loop`` holds the keywords of ``run_iterations`` (tol, max_iter, time_limit,
     record_objective, callback, to_user, start_time, ...).  Returns its
     :class:`~msm_gpu.loop.LoopOutcome`, with ``info`` extended by the finish details
@@ -711,13 +712,12 @@ def run_msm_finished(
     tol, max_iter = loop["tol"], loop["max_iter"]
     record_objective = loop["record_objective"]
 
-    def msm_run(x_start, rr, **overrides):
+    def msm_run(x_start, rr, x0_owned=False, **overrides):
         options = {**loop, **overrides}
-        return run_iterations(
-            MsmMethod(backend, a, rr, x_start, penalty, splitting, panel, threads=threads),
-            n_cols=rr.shape[1],
-            **options,
+        method = MsmMethod(
+            backend, a, rr, x_start, penalty, splitting, panel, threads=threads, x0_owned=x0_owned
         )
+        return run_iterations(method, n_cols=rr.shape[1], **options)
 
     def sweep(x_cols, cols, k):
         quiet = {"tol": 0.0, "max_iter": k, "time_limit": None, "record_objective": False}
@@ -752,9 +752,11 @@ def run_msm_finished(
             seen["q"] = q
             return moved < WARMUP_SETTLED
 
-        out = msm_run(x0, r, max_iter=min(max_iter, WARMUP_MAX), phase_done=face_settled)
+        out = msm_run(
+            x0, r, x0_owned=True, max_iter=min(max_iter, WARMUP_MAX), phase_done=face_settled
+        )
     else:
-        out = msm_run(x0, r)
+        out = msm_run(x0, r, x0_owned=True)
     history = list(out.objective)
     n_iter, n_iter_cols = out.n_iter, out.n_iter_columns
     timings = dict(out.timings)

@@ -114,8 +114,12 @@ class IterativeMethod(ABC):
     active: np.ndarray
 
     @abstractmethod
-    def start_objective(self) -> None:
-        """Compute F(X_0) per column, before the first step (only when recording)."""
+    def start_objective(self, will_step: bool = False) -> None:
+        """Compute F(X_0) per column, before the first step (only when recording).
+
+        ``will_step``: the first :meth:`step` follows for sure; a method may then do that
+        step's work now (e.g. MSM takes F(X_0) from its first sweep's products) as long as
+        :meth:`step` reports it and nothing else can tell the difference."""
 
     @abstractmethod
     def step(self, record_objective: bool) -> StepReport:
@@ -185,7 +189,7 @@ def run_iterations(
         n_iter_cols = np.zeros(n_cols, dtype=np.int64)
         history = []
         if record_objective:
-            method.start_objective()
+            method.start_objective(will_step=max_iter > 0)
             history.append(method.objective())
         loop_start = time.perf_counter()
 

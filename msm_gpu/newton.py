@@ -358,7 +358,7 @@ class NewtonMethod(IterativeMethod):
         step = self._pen.prox(grad - diag * wa, diag) - wa
         return {"grad": grad, "curv": curv, "diag": diag, "step": step}
 
-    def start_objective(self):
+    def start_objective(self, will_step=False):
         pass  # F(W_0) is known from the start
 
     def objective(self):

@@ -86,7 +86,7 @@ class HostNewtonMethod(IterativeMethod):
         self._threads = thread_cap()
         self._last_sweeps = np.full(r, INITIAL_SWEEPS_GUESS, dtype=np.int64)
 
-    def start_objective(self):
+    def start_objective(self, will_step=False):
         pass  # F(W_0) is known from the start
 
     def objective(self):

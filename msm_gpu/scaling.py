@@ -78,14 +78,18 @@ def ldexp(x, e: int):
     return _times_power_of_two(x, e)
 
 
-def _times_power_of_two(x, e: int):
+def _times_power_of_two(x, e: int, in_place=False):
     """``x * 2^e``: a product with the power of two when 2^e is a number of x's dtype (a
     power of two times a float is exact unless the result under/overflows, as for ldexp),
-    which is several times faster than NumPy's ``ldexp`` ufunc; ``ldexp`` otherwise."""
+    which is several times faster than NumPy's ``ldexp`` ufunc; ``ldexp`` otherwise.
+    ``in_place``: the product is written into ``x`` (the ldexp fallback is not)."""
     dtype = np.dtype(x.dtype)
     if dtype.kind == "f":
         info = np.finfo(dtype)
         if info.minexp - info.nmant <= e < info.maxexp:
+            if in_place:
+                x *= dtype.type(2.0**e)
+                return x
             return x * dtype.type(2.0**e)
     return module_of(x).ldexp(x, e)
 
@@ -116,12 +120,15 @@ class Scaling:
         """Exponent of A's unit: a curvature (theta, delta) c' inside is 2^this c outside."""
         return self.f_exp - 2 * self.x_exp
 
-    def x_to_user(self, x):
-        """The user's X from the internal X' (backend array, dtype kept; inf on overflow)."""
+    def x_to_user(self, x, in_place=False):
+        """The user's X from the internal X' (backend array, dtype kept; inf on overflow).
+
+        ``in_place``: scale ``x`` itself (an internal array nobody reads afterwards: no
+        new n x r array) where the power of two is a number of x's dtype."""
         if self.x_exp == 0:
             return x
         with np.errstate(over="ignore"):
-            return module_of(x).ldexp(x, self.x_exp)
+            return _times_power_of_two(x, self.x_exp, in_place=in_place)
 
     def fun_to_user(self, fun):
         """User's objective from the internal one (float or float64 array; inf on overflow)."""

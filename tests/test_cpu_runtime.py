@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import msm_gpu as mg
-from msm_gpu.backends import jit, threads
+from msm_gpu.backends import cpu, jit, threads
 from msm_gpu.backends.cpu import CpuBackend
 from msm_gpu.splitting import make_splitting
 
@@ -99,6 +99,51 @@ def test_run_ranges_reraises_and_waits():
     with pytest.raises(KeyError, match="boom"):
         threads.run_ranges(fn, 20, 2)
     threads.run_ranges(lambda i: None, 4, 2)  # the pool still works
+
+
+def test_pool_threads_are_pinned_to_distinct_cpus():
+    # threads.py: unpinned workers were measured sharing one CPU for stretches of sweeps
+    cpus = sorted(os.sched_getaffinity(0))
+    seen = {}
+    lock = threading.Lock()
+    barrier = threading.Barrier(2, timeout=10)
+
+    def fn(i):
+        barrier.wait()  # two items held at once: two pool threads
+        with lock:
+            seen[threading.get_ident()] = os.sched_getaffinity(0)
+
+    threads.run_ranges(fn, 2, 2)
+    assert len(seen) == 2
+    masks = sorted(seen.values(), key=min)
+    if len(cpus) >= 2:
+        assert all(len(m) == 1 for m in masks) and masks[0] != masks[1]
+    assert os.sched_getaffinity(0) == set(cpus)  # the caller's own mask is untouched
+
+
+def test_nested_run_ranges_runs_on_the_pool_thread():
+    # a call from a pool thread must not wait for the pool it occupies (no deadlock)
+    inner = []
+
+    def fn(i):
+        threads.run_ranges(lambda k: inner.append((i, k)), 3, 2)
+
+    threads.run_ranges(fn, 2, 2)
+    assert sorted(inner) == [(i, k) for i in range(2) for k in range(3)]
+
+
+@pytest.mark.parametrize("n_cols", [1, 31, 100, 600, 1000, 4096, 50000])
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
+def test_column_ranges_cover_every_column_in_balanced_ranges(n_cols, n_threads):
+    width = cpu.chunk_width(n_cols, n_threads)
+    assert 1 <= width <= min(cpu.CHUNK_COLUMNS, n_cols)
+    n_ranges = -(-n_cols // width)
+    if n_threads > 1 and n_cols >= n_threads * cpu.MIN_CHUNK_COLUMNS:
+        assert n_ranges >= n_threads
+        # balanced: the thread with the most ranges sweeps about n_cols / n_threads
+        # columns (the old rule gave 600 columns on 2 threads ranges of 256: 512 vs 300)
+        makespan = -(-n_ranges // n_threads) * width
+        assert makespan <= 1.1 * n_cols / n_threads + 1
 
 
 def test_small_work_runs_on_one_thread():
@@ -256,3 +301,27 @@ def test_numba_cache_dir_of_the_user_is_respected(tmp_path):
     ).stdout.split("\n")
     assert out[0].startswith(str(tmp_path / "ours"))
     assert out[1] == "''"  # Numba's global setting is restored for other libraries
+
+
+@pytest.mark.parametrize("panel", [1, 3, 4, 7, 10, 12])
+def test_fold_matrix_matches_its_definition(panel):
+    # base.fold_matrix: strictly lower part of every diagonal panel block zeroed, the
+    # diagonal replaced by C; everything else is A (brute force, entry by entry)
+    from msm_gpu.backends.base import fold_matrix
+
+    rng = np.random.default_rng(panel)
+    n = 10
+    a = rng.normal(size=(n, n))
+    a = a + a.T
+    c_diag = rng.normal(size=n)
+    before = a.copy()
+    folded = fold_matrix(a, c_diag, panel)
+    want = a.copy()
+    for i in range(n):
+        for j in range(n):
+            if i == j:
+                want[i, j] = c_diag[i]
+            elif i > j and i // panel == j // panel:
+                want[i, j] = 0.0
+    np.testing.assert_array_equal(folded, want)
+    np.testing.assert_array_equal(a, before)

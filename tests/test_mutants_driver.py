@@ -40,9 +40,10 @@ def _direct(a, r, x, pen):
 class _NoFastPath(CpuBackend):
     """The CPU backend with the objective fast path switched off (as on CUDA)."""
 
-    def start(self, *args):
-        state = super().start(*args)
+    def start(self, *args, **kwargs):
+        state = super().start(*args, **kwargs)
         state.objective_terms = lambda x=None: None
+        state.sweep_with_objective = lambda: None
         return state
 
 
@@ -82,6 +83,69 @@ def test_tracked_objective_with_retired_columns(backend, pen):
     x = m.final_x()
     np.testing.assert_allclose(m.final_objective(x), _direct(a, r, x, pen), rtol=1e-11)
     m.close()
+
+
+@pytest.mark.parametrize("backend", [CpuBackend, _NoFastPath], ids=["fast", "no-fast-path"])
+@pytest.mark.parametrize("pen", PENALTIES + [mg.NonNeg(), mg.Box(-0.2, 0.3)], ids=repr)
+@pytest.mark.parametrize("start", ["inside", "outside"])
+def test_start_objective_from_the_first_sweep(backend, pen, start):
+    # start_objective(will_step=True): the CPU takes F(X_0) from the first sweep's split
+    # product (cpu_kernels.sweep_columns_with_objective); F(X_0), the tracked F and the
+    # iterates must be those of the unfused path (inf where X_0 is outside dom h)
+    a, r = _problem(seed=17)
+    lb, ub = pen.table(a.shape[0])[0, 1:3]
+    x0 = np.clip(np.random.default_rng(4).uniform(-0.1, 0.2, size=r.shape), lb, ub)
+    want = _direct(a, r, x0, pen).sum()
+    if start == "outside":
+        x0[3, 1] = -1.0
+        if lb > -1.0:  # outside dom h: F(X_0) = inf
+            want = np.inf
+        else:
+            want = _direct(a, r, x0, pen).sum()
+    fused, plain = (_method(backend(), a, r, x0, pen) for _ in range(2))
+    fused.start_objective(will_step=True)
+    plain.start_objective()
+    assert float(fused.objective()) == pytest.approx(want, rel=1e-12, abs=1e-12)
+    assert float(plain.objective()) == pytest.approx(want, rel=1e-12, abs=1e-12)
+    for _ in range(4):
+        sf, sp = fused.step(True), plain.step(True)
+        np.testing.assert_allclose(sf.step, sp.step, rtol=1e-12, atol=1e-14)
+        xf, xp_ = fused.current_x(), plain.current_x()
+        np.testing.assert_allclose(xf, xp_, rtol=1e-12, atol=1e-14)
+        direct = _direct(a, r, xf, pen).sum()
+        assert float(fused.objective()) == pytest.approx(direct, rel=1e-11, abs=1e-11)
+    fused.close()
+    plain.close()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("panel", [1, 4, 5, 12, 40])
+def test_fused_start_objective_kernel_per_panel(dtype, panel):
+    # the split product at every panel boundary, both dtypes, a column range inside
+    from msm_gpu.backends import cpu_kernels
+
+    a, r = _problem(n=12, m=6, seed=23)
+    pen = mg.Lp(0.05, 0.5)
+    x0 = np.random.default_rng(2).normal(scale=0.3, size=r.shape)
+    split = make_splitting(np.diag(a), 1.0, 0.01, pen.is_convex)
+    state = CpuBackend().start(
+        a.astype(dtype), r.astype(dtype), x0.astype(dtype), split, pen.table(12), pen.code, panel
+    )
+    afold, y = state._afold, state._x
+    stats = np.zeros((4, 6))
+    terms = np.full((2, 6), 7.0)
+    table = np.ascontiguousarray(pen.table(12), dtype=dtype)
+    cpu_kernels.sweep_columns_with_objective(
+        afold, state._b_diag, pen.code, table, state._r_full, y, 1, 5, panel, stats, terms
+    )
+    x0d = x0.astype(dtype).astype(np.float64)
+    want = _direct(a.astype(dtype), r.astype(dtype), x0d, pen)
+    rel = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(terms[0, 1:5], want[1:5], rtol=rel)
+    np.testing.assert_allclose(terms[1, 1:5], _h(pen, x0d).sum(axis=0)[1:5], rtol=rel)
+    assert np.all(terms[:, [0, 5]] == 7.0)  # columns outside the range untouched
+    np.testing.assert_array_equal(y[:, [0, 5]], x0.astype(dtype)[:, [0, 5]])
+    state.close()
 
 
 @pytest.mark.parametrize("backend", [CpuBackend, _NoFastPath], ids=["fast", "no-fast-path"])

@@ -143,6 +143,31 @@ def test_inputs_are_never_modified(problem, rng):
         np.testing.assert_array_equal(before, after)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("tol", [0.0, 1e-6])
+def test_x0_is_never_swept_in_place(problem, rng, dtype, tol):
+    # the solver sweeps its own scaled copy of x0 in place (x0_owned): never the user's,
+    # also where the scaling is the identity (max |R| / max |A| a power of two near 1)
+    a, r = (v.astype(dtype) for v in problem)
+    for scale in (1.0, 2.0**-3):
+        x0 = (scale * np.abs(rng.normal(size=r.shape))).astype(dtype)
+        before = x0.copy()
+        res = mg.solve(a, r, mg.NonNeg(), x0=x0, tol=tol, max_iter=5)
+        np.testing.assert_array_equal(x0, before)
+        assert not np.shares_memory(res.x, x0)
+
+
+def test_zero_iterations_return_x0_and_its_objective(problem, rng):
+    # max_iter = 0: no sweep may run, not even the first one that carries F(X_0)
+    a, r = problem
+    x0 = np.abs(rng.normal(size=r.shape))
+    res = mg.solve(a, r, mg.L1(0.1), x0=x0, tol=0, max_iter=0)
+    np.testing.assert_array_equal(res.x, x0)
+    direct = 0.5 * np.sum(x0 * (a @ x0)) + np.sum(x0 * r) + 0.1 * np.abs(x0).sum()
+    assert res.objective.shape == (1,)
+    assert res.objective[0] == pytest.approx(direct, rel=1e-12)
+
+
 def test_penalty_default_is_zero(problem):
     a, r = problem
     res = mg.solve(a, r, tol=1e-12, max_iter=100000)

@@ -31,18 +31,15 @@ def fold_matrix(a, c_diag, panel):
 
     xp = array_namespace(a)
     n = a.shape[0]
+    rows = xp.arange(n)
     if panel >= n:
         folded = xp.triu(a, k=1)
-        rows = xp.arange(n)
-        folded[rows, rows] = xp.asarray(c_diag, dtype=folded.dtype)
-        return folded
-    folded = xp.asarray(a, copy=True)
-    rows = xp.arange(n)
-    block = rows // panel
-    same_block_lower = (block[:, None] == block[None, :]) & (rows[:, None] > rows[None, :])
-    folded = xp.where(same_block_lower, xp.zeros_like(folded), folded)
-    diag = xp.asarray(c_diag, dtype=folded.dtype)
-    folded = xp.where(rows[:, None] == rows[None, :], diag[None, :], folded)
+    else:
+        folded = xp.asarray(a, copy=True)
+        for p0 in range(0, n, panel):
+            p1 = min(p0 + panel, n)
+            folded[p0:p1, p0:p1] = xp.triu(folded[p0:p1, p0:p1], k=1)
+    folded[rows, rows] = xp.asarray(c_diag, dtype=folded.dtype)
     return folded
 
 
@@ -113,6 +110,13 @@ class SweepState(ABC):
         with array calls)."""
         return None
 
+    def sweep_with_objective(self):
+        """``objective_terms()`` of the whole current iterate, then ``sweep()``, as one
+        call when the backend can fuse them (the sweep's products give F at no extra
+        cost): ``((F, sum_j h), stats)``, or None (nothing done) when it cannot or when
+        the terms need no product (X = 0 where 0 is feasible)."""
+        return None
+
     def close(self):  # noqa: B027  (optional hook: most states hold nothing)
         """Release what the state holds between sweeps (e.g. thread settings)."""
 
@@ -166,5 +170,8 @@ class Backend(ABC):
         """Convert a backend array to the array type of the user's input ``like``."""
 
     @abstractmethod
-    def start(self, a, r, x0, splitting, table, code, panel) -> SweepState:
-        """Create the sweep state for A (n x n), R and X0 (n x r, backend arrays)."""
+    def start(self, a, r, x0, splitting, table, code, panel, *, x0_owned=False) -> SweepState:
+        """Create the sweep state for A (n x n), R and X0 (n x r, backend arrays).
+
+        ``x0_owned``: the caller hands X0 over (a fresh array nobody reads afterwards):
+        the state may sweep it in place instead of copying it."""

@@ -80,7 +80,7 @@ def prox_scalar(code, w, b, lam, lb, ub, p):
 
 #: Rows of the sub-panels inside a panel: the in-panel lower terms between sub-panels
 #: go through small GEMMs, only the SUB_PANEL x SUB_PANEL triangles are row updates.
-SUB_PANEL = 8
+SUB_PANEL = 16
 
 
 @njit(inline="always")
@@ -165,6 +165,50 @@ def sweep_columns(afold, b_diag, code, params, r, y, c0, c1, panel, stats):
         so that F(z) = F(x) + stats[0] + stats[1] - sum_j h(x_j)   (exact identity,
         see driver.py).
     """
+    _sweep(afold, b_diag, code, params, r, y, c0, c1, panel, stats, stats, False)
+
+
+@njit(nogil=True)
+def sweep_columns_with_objective(afold, b_diag, code, params, r, y, c0, c1, panel, stats, f0):
+    """:func:`sweep_columns`, and F(X) of the iterate before the sweep per column, at no
+    extra product: ``f0[0, c]`` = F_c, ``f0[1, c]`` = sum_j h(x_jc) (float64, columns
+    c0..c1-1 overwritten; F = inf where an entry is outside dom h).
+
+    The panel product is split, ``afold[P, p0:] @ X[p0:]`` (old rows only) first, so that
+    row j of it is ``C_jj x_j + sum_{i>j} A_ji x_i`` and
+    ``1/2 x'Ax = sum_j x_j (work_j + 1/2 (B_jj - C_jj) x_j)`` (A_jj = B_jj + C_jj), then
+    ``afold[P, :p0] @ Z[:p0]`` is added: the same flops as the sweep's one product, so the
+    start objective of a solve costs no GEMM of its own.
+    """
+    _sweep(afold, b_diag, code, params, r, y, c0, c1, panel, stats, f0, True)
+
+
+@njit(inline="always")
+def _start_objective_rows(code, params, afold, b_diag, r, y, work, p0, p1, c0, nc, f0):
+    """Add the rows p0..p1-1 of F(X) per column to ``f0`` (see
+    :func:`sweep_columns_with_objective`); ``work`` holds ``afold[P, p0:] @ X[p0:]``."""
+    c1 = c0 + nc
+    fsum = f0[0, c0:c1]
+    hsum = f0[1, c0:c1]
+    for j in range(p0, p1):
+        wrow = work[j - p0]
+        xrow = y[j, c0:c1]
+        rrow = r[j, c0:c1]
+        half_bc = 0.5 * (np.float64(b_diag[j]) - np.float64(afold[j, j]))
+        lam = np.float64(params[j, 0])
+        lb = np.float64(params[j, 1])
+        ub = np.float64(params[j, 2])
+        pexp = np.float64(params[j, 3])
+        for col in range(nc):
+            xv = np.float64(xrow[col])
+            quad = xv * (np.float64(wrow[col]) + half_bc * xv + np.float64(rrow[col]))
+            hv = h_scalar(code, xv, lam, lb, ub, pexp)
+            fsum[col] += quad + hv
+            hsum[col] += hv
+
+
+@njit(nogil=True)
+def _sweep(afold, b_diag, code, params, r, y, c0, c1, panel, stats, f0, with_f0):
     if code != CODE_BOX and code != CODE_L1 and code != CODE_L0 and code != CODE_LP:
         raise ValueError("unknown penalty code (see penalties.PENALTY_CODES)")
     n = y.shape[0]
@@ -172,6 +216,10 @@ def sweep_columns(afold, b_diag, code, params, r, y, c0, c1, panel, stats):
     for s in range(4):
         for col in range(c0, c1):
             stats[s, col] = 0.0
+    if with_f0:
+        for s in range(2):
+            for col in range(c0, c1):
+                f0[s, col] = 0.0
     if nc <= 0:
         return
     ycols = y[:, c0:c1]
@@ -179,7 +227,15 @@ def sweep_columns(afold, b_diag, code, params, r, y, c0, c1, panel, stats):
     for p0 in range(0, n, panel):
         p1 = min(p0 + panel, n)
         m = p1 - p0
-        gemm_rm(afold[p0:p1], ycols, work[:m], 0.0)
+        if with_f0:
+            # the old rows from p0 on first: with C_jj x_j and the upper terms of A, they
+            # give F(X) of the rows of P (see sweep_columns_with_objective) before the new
+            # rows before p0 are added
+            gemm_rm(afold[p0:p1, p0:], ycols[p0:], work[:m], 0.0)
+            _start_objective_rows(code, params, afold, b_diag, r, y, work, p0, p1, c0, nc, f0)
+            gemm_rm(afold[p0:p1, :p0], ycols[:p0], work[:m], 1.0)
+        else:
+            gemm_rm(afold[p0:p1], ycols, work[:m], 0.0)
         for s0 in range(p0, p1, SUB_PANEL):
             s1 = min(s0 + SUB_PANEL, p1)
             k = s0 - p0

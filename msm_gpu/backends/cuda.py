@@ -690,7 +690,18 @@ class CudaBackend(Backend):
         return self._cupy.asnumpy(x)
 
     def start(
-        self, a, r, x0, splitting, table, code, panel, *, layout=None, tile_width=None
+        self,
+        a,
+        r,
+        x0,
+        splitting,
+        table,
+        code,
+        panel,
+        *,
+        layout=None,
+        tile_width=None,
+        x0_owned=False,  # the state keeps its own layout: X0 is copied in any case
     ) -> CudaSweepState:
         check_penalty_code(code)  # before compiling or launching anything
         cupy = self._cupy

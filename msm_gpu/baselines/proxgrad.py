@@ -121,7 +121,7 @@ class ProxGradMethod(IterativeMethod):
     def _matmul(self, x):
         return self._xp.matmul(self._a, x)
 
-    def start_objective(self):
+    def start_objective(self, will_step=False):
         self._f_all = _column_objectives(self._xp, self._x, self._ax, self._rr, self._penalty)
 
     def objective(self):
