@@ -47,7 +47,7 @@ class MsmMethod(IterativeMethod):
         self, backend, a, r, x0, penalty, splitting, panel, *, threads=None, x0_owned=False
     ):
         self._xp = backend.xp
-        self._a, self._r, self._x0, self._penalty = a, r, x0, penalty
+        self._a, self._r, self._penalty = a, r, penalty
         self._splitting = splitting
         self._panel = panel
         self._state = backend.start(

@@ -113,8 +113,7 @@ class SweepState(ABC):
     def sweep_with_objective(self):
         """``objective_terms()`` of the whole current iterate, then ``sweep()``, as one
         call when the backend can fuse them (the sweep's products give F at no extra
-        cost): ``((F, sum_j h), stats)``, or None (nothing done) when it cannot or when
-        the terms need no product (X = 0 where 0 is feasible)."""
+        cost): ``((F, sum_j h), stats)``, or None (nothing done) when it cannot."""
         return None
 
     def close(self):  # noqa: B027  (optional hook: most states hold nothing)

@@ -116,11 +116,13 @@ class CpuSweepState(SweepState):
         """F and sum h at the whole iterate from the first sweep's own products
         (``cpu_kernels.sweep_columns_with_objective``), then that sweep's statistics."""
         y = self._y
-        if self._compact() or self._zero_and_feasible(y):
+        if self._compact():
             return None
+        terms = np.zeros((2, y.shape[1]), dtype=np.float64)
+        if self._zero_and_feasible(y):  # F(0) = 0: a plain sweep
+            return (terms[0], terms[1]), self.sweep()
         afold, b_diag, code, table = self._afold, self._b_diag, self._code, self._table
         r, panel, stats = self._rc, self._panel, self._stats
-        terms = np.zeros((2, y.shape[1]), dtype=np.float64)
 
         def one(c0, c1):
             _kernels.sweep_columns_with_objective(

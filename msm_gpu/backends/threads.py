@@ -90,6 +90,7 @@ class serial_numba_blas:
 MIN_FLOPS_PER_THREAD = 24e6
 
 _POOL = None
+_POOL_SIZE = 1  # threads of _POOL, one per CPU
 _POOL_LOCK = threading.Lock()
 _PREFIX = "msm-gpu-sweep"
 
@@ -121,14 +122,16 @@ def sweep_threads(flops: float, n_ranges: int, cap: int) -> int:
     return max(1, min(cap, n_ranges, by_work))
 
 
-def _pinned_worker(cpus, counter, lock):
-    """Thread-pool initializer: worker k runs on CPU cpus[k % len(cpus)] only."""
+def _pinned_worker(cpus):
+    """Thread-pool initializer: the k-th worker started runs on CPU cpus[k] only."""
+    lock = threading.Lock()
+    taken = iter(cpus)
 
     def init():
         with lock:
-            k = next(counter)
+            cpu = next(taken)
         try:
-            os.sched_setaffinity(0, {cpus[k % len(cpus)]})  # 0: the calling thread
+            os.sched_setaffinity(0, {cpu})  # 0: the calling thread
         except OSError:  # pragma: no cover - a CPU taken away since
             pass
 
@@ -142,20 +145,17 @@ def _pool():
     Pinned, because unpinned workers woken by the caller were measured to share one CPU
     for stretches of many sweeps on a 2-vCPU VM (the scheduler's wake-up placement):
     a 200 x 1000 sweep took 1.05 ms or 2.0 ms at random, 1.1 ms every time pinned."""
-    global _POOL
+    global _POOL, _POOL_SIZE
     with _POOL_LOCK:
         if _POOL is None:
-            import itertools
             from concurrent.futures import ThreadPoolExecutor
 
-            cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+            _POOL_SIZE = available_cpus()
             initializer = None
-            if len(cpus) > 1:
-                initializer = _pinned_worker(cpus, itertools.count(), threading.Lock())
+            if _POOL_SIZE > 1 and hasattr(os, "sched_setaffinity"):
+                initializer = _pinned_worker(sorted(os.sched_getaffinity(0)))
             _POOL = ThreadPoolExecutor(
-                max(1, len(cpus) or available_cpus()),
-                thread_name_prefix=_PREFIX,
-                initializer=initializer,
+                _POOL_SIZE, thread_name_prefix=_PREFIX, initializer=initializer
             )
         return _POOL
 
@@ -197,7 +197,7 @@ def run_ranges(fn, n_items: int, n_threads: int) -> None:
                 raise
 
     pool = _pool()
-    n_workers = min(n_threads, n_items, pool._max_workers)  # never two threads on one CPU
+    n_workers = min(n_threads, n_items, _POOL_SIZE)  # never two threads on one CPU
     futures = [pool.submit(drain) for _ in range(n_workers)]
     for f in futures:  # wait for every range in flight before the buffers are reused
         f.exception()
