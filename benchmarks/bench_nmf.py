@@ -20,15 +20,12 @@ scikit-learn cd for 200 iterations vs MSM and bpp for the same time, on digits (
 china.jpg as a grey pixel matrix (k=30) and a 3000 x 8000 Zipf-like text matrix (1%,
 k=40); it reports the time MSM needs to reach cd's objective as a fraction of cd's time
 and MSM's objective over bpp's after cd's time (medians over the seeds).
-``--threads`` times a 1-sweep MSM half-step on digits with Numba's threads and with one
-(the data behind ``nmf_solvers.PARALLEL_MIN_WORK``).
 
 Examples
 --------
     python benchmarks/bench_nmf.py --quick            # a few minutes on 2 cores
     python benchmarks/bench_nmf.py --ranks 10 20 50 100 --times 5 10 20 --inits 5
     python benchmarks/bench_nmf.py --target
-    python benchmarks/bench_nmf.py --threads
 """
 
 from __future__ import annotations
@@ -312,36 +309,6 @@ def target(seeds=(0, 1, 2), datasets=None):
     return rows
 
 
-def threads(seed=0, repeats=3, calls=50):
-    """Milliseconds per 1-sweep MSM half-step on digits (k=20), parallel vs one thread."""
-    import numba
-
-    from msm_gpu.apps import nmf_solvers as ns
-    from msm_gpu.backends import get_backend
-
-    y = load("digits", None)
-    W, H = sklearn_random_init(y, 20, seed)
-    be = get_backend("cpu", y)
-    steps = {"H (64 cols)": (W.T @ W, W.T @ y, H), "W (1797 cols)": (H @ H.T, H @ y.T, W.T)}
-    saved_min, saved_threads = ns.PARALLEL_MIN_WORK, numba.get_num_threads()
-    try:
-        for rep in range(repeats):
-            for label, n_threads in (("parallel", saved_threads), ("serial", 1)):
-                ns.PARALLEL_MIN_WORK = 0.0  # never switch to serial by itself
-                numba.set_num_threads(n_threads)
-                cells = []
-                for step, (g, p, x) in steps.items():
-                    started = time.perf_counter()
-                    for _ in range(calls):
-                        ns.half_step("msm", be, g, p, x, max_inner=1, inner_tol=0.1)
-                    ms = (time.perf_counter() - started) / calls * 1e3
-                    cells.append(f"{step}: {ms:6.2f} ms")
-                print(f"  run {rep + 1} {label:>8} ({n_threads} threads): " + ", ".join(cells))
-    finally:
-        ns.PARALLEL_MIN_WORK = saved_min
-        numba.set_num_threads(saved_threads)
-
-
 # -- main ------------------------------------------------------------------------------------
 
 
@@ -358,7 +325,6 @@ def main(argv=None):
     )
     ap.add_argument("--out", default="benchmarks/results", help="folder for the PNG plots")
     ap.add_argument("--target", action="store_true", help="MSM vs sklearn cd target only")
-    ap.add_argument("--threads", action="store_true", help="serial vs parallel sweep times")
     args = ap.parse_args(argv)
 
     quick = args.quick
@@ -371,9 +337,6 @@ def main(argv=None):
     print(describe())
     if args.target:
         target(datasets=args.datasets if "--datasets" in (argv or sys.argv) else None)
-        return
-    if args.threads:
-        threads()
         return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

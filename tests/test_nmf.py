@@ -156,6 +156,7 @@ def test_backend_half_step_matches_plain_numpy_msm():
     Y = rng.random((25, 40))
     G, P = C.T @ C, C.T @ Y
     X0 = rng.random((7, 40))
+    X0_before = X0.copy()
     be = backends.get_backend("cpu")
     for omega, theta in ((1.0, 0.01), (1.3, 0.1), (1.0, 0.0)):
         opts = {"omega": omega, "theta": theta, "max_inner": 7, "inner_tol": 0.0}
@@ -163,6 +164,8 @@ def test_backend_half_step_matches_plain_numpy_msm():
         assert n_inner == 7
         want = _plain_msm_nonneg(G, P, X0, omega, theta, 7)
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13)
+        assert got is not X0 and not np.shares_memory(got, X0)
+    np.testing.assert_array_equal(X0, X0_before)  # the warm start is never swept in place
 
 
 @pytest.mark.gpu

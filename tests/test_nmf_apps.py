@@ -98,7 +98,12 @@ def test_extrapolation_weight_follows_ang_gillis():
     assert np.isclose(ex.beta_bar, 0.505) and np.isclose(ex.beta, 0.505 / 1.5)
     assert ex.restarts == 1
     new, old = np.array([1.0, 0.1]), np.array([0.0, 1.0])
-    np.testing.assert_allclose(ex.point(new, old), np.maximum(new + ex.beta * (new - old), 0))
+    point = ex.point(new, old)
+    np.testing.assert_allclose(point, np.maximum(new + ex.beta * (new - old), 0))
+    # a new array; the inputs are not modified
+    assert not np.shares_memory(point, new) and not np.shares_memory(point, old)
+    np.testing.assert_array_equal(new, [1.0, 0.1])
+    np.testing.assert_array_equal(old, [0.0, 1.0])
 
 
 def test_extrapolated_run_returns_its_best_pair():

@@ -29,11 +29,14 @@ and the fix (evidence: ``benchmarks/bench_nmf.py --target``):
   on digits and china.jpg by 2-5x; it is on by default for "msm" and "hals".
 * theta is relative to mean(diag G) (it was absolute: negligible against W'W on pixel data,
   dominant on data scaled to 1e-3); omega = 1.
-* Small sweeps run on one Numba thread (``nmf_solvers.PARALLEL_MIN_WORK``): on digits a
-  parallel 1-sweep half-step cost 9-48 ms on a loaded 2-core machine vs 0.4-4.5 ms serial.
-* On the CPU the whole run uses one BLAS thread: the Numba kernels are parallel over
-  columns, and OpenBLAS threads spinning after a Gram product fight them (measured 20x
-  slower iterations on 2 cores otherwise).
+* Small sweeps run on one thread: the CPU backend picks a sweep's threads from its work
+  (``backends.threads.sweep_threads``), and ranges of few rows are wide
+  (``backends.cpu.CHUNK_ELEMENTS``): a 3-sweep W-step on digits 0.26 ms, was 0.41.
+* On the CPU the whole run uses one BLAS thread: OpenBLAS threads spinning after a Gram
+  product fight the sweep's threads (measured 20x slower iterations on 2 cores when the
+  sweep ran on Numba's threads).  With the sweep on one thread, two BLAS threads were
+  measured again on digits (12 starts, time to cd's objective / cd's time, median): idle
+  0.39 vs 0.42 with one, beside a busy NumPy process 0.28 vs 0.16, so one it stays.
 
 Sparse Y (scipy.sparse or cupyx.scipy.sparse) stays sparse: only Y H' and Y'W are
 formed (CSR products), never a dense m x d array.
@@ -142,17 +145,18 @@ class _Data:
             self.norm2 = float(xp.sum(xp.astype(self.y, xp.float64) ** 2))
         self.xp = xp
 
+    # Dense Y: the products are formed as (Y'W)' and (YH')', the layouts OpenBLAS runs
+    # fastest here (one thread, digits: 106 vs 125 us for W'Y, 98 vs 119 us for HY').
+
     def wt_y(self, W):
         """W'Y (k x d) for W (m x k)."""
         if self.sparse:
             return (self.yt @ W).T
-        return W.T @ self.y
+        return (self.y.T @ W).T
 
     def h_yt(self, H):
         """H Y' (k x m) for H (k x d)."""
-        if self.sparse:
-            return (self.y @ H.T).T
-        return H @ self.y.T
+        return (self.y @ H.T).T
 
     def mean(self):
         m, d = self.shape
@@ -162,10 +166,11 @@ class _Data:
 
 
 def _objective(norm2, W, G_h, P_w):
-    """1/2 ||Y - WH||^2 from G_h = HH' and P_w = HY' (k x m): O(m k^2)."""
+    """1/2 ||Y - WH||^2 from G_h = HH' and P_w = HY' (k x m): O(m k^2).
+
+    ||Y - WH||^2 = ||Y||^2 - 2 <W', HY'> + <W'W, HH'>."""
     xp = namespace(W)
-    wt = W.T
-    val = norm2 - 2.0 * float(xp.sum(wt * P_w)) + float(xp.sum(wt * (G_h @ wt)))
+    val = norm2 - 2.0 * float(xp.sum(W.T * P_w)) + float(xp.sum((W.T @ W) * G_h))
     return 0.5 * max(val, 0.0)
 
 

@@ -21,7 +21,7 @@ value the loop records is that of a feasible pair.
 
 from __future__ import annotations
 
-from ..arrays import namespace
+from ..arrays import module_of
 
 
 class Extrapolation:
@@ -37,8 +37,11 @@ class Extrapolation:
 
     def point(self, new, old):
         """``max(new + beta (new - old), 0)`` (a new array; the inputs are not modified)."""
-        xp = namespace(new)
-        return xp.maximum(new + self.beta * (new - old), 0.0)
+        mod = module_of(new)
+        out = new - old  # then updated in place: one temporary, not three
+        out *= self.beta
+        out += new
+        return mod.maximum(out, 0.0, out=out)
 
     def update(self, f_new, f_old):
         """Adapt beta to the objective change; True if f decreased (keep extrapolating)."""

@@ -130,18 +130,16 @@ def msm_backend(backend, G, P, X, *, omega, theta, max_inner, inner_tol):
     an all-zero factor column (G_jj = 0) gets the tiny positive theta of
     :func:`msm_gpu.splitting.guarded_theta`.
 
-    On the CPU a half-step whose sweep costs less than :data:`PARALLEL_MIN_WORK`
-    multiply-adds runs on one Numba thread (see there).
+    On the CPU the backend picks the sweep's threads from its work (one thread for the
+    half-steps of digits, china.jpg and the text matrix of ``bench_nmf.py --target``).
 
     Returns
     -------
     X_new : (k, c) backend array
     n_inner : int
     """
-    k, c = X.shape
-    with _sweep_threads(backend, k, c):
-        state = msm_state(backend, G, P, X, omega=omega, theta=theta)
-        return _inner_sweeps(state, backend.xp, max_inner, inner_tol)
+    state = msm_state(backend, G, P, X, omega=omega, theta=theta)
+    return _inner_sweeps(state, backend.xp, max_inner, inner_tol)
 
 
 def msm_state(backend, G, P, X, *, omega, theta):
@@ -155,41 +153,21 @@ def msm_state(backend, G, P, X, *, omega, theta):
     g_diag = np.asarray(to_host(backend.xp.diagonal(G)), dtype=np.float64)
     theta_abs = relative_theta(g_diag, theta)
     splitting = make_splitting(g_diag, omega, guarded_theta(g_diag, theta_abs), True, check=False)
-    pen = NonNeg()
-    return backend.start(G, -P, X, splitting, pen.table(k, X.dtype), pen.code, default_panel(k))
+    return backend.start(
+        G, -P, X, splitting, _nonneg_table(k, X.dtype), NonNeg.code, default_panel(k)
+    )
 
 
-#: Sweeps cheaper than this (k^2 c multiply-adds, ~10 ms on one core) run on one Numba
-#: thread.  A parallel sweep is a fork-join of the Numba pool; for small sweeps that costs
-#: more than the work, and on a loaded machine a descheduled worker stalls the whole
-#: sweep.  Measured on digits (k = 20, 2 shared cores): 1-sweep H-step (64 columns)
-#: 9-48 ms parallel vs 0.4-1.3 ms serial; W-step (1797 columns) 13-21 ms vs 3.3-4.5 ms
-#: (``benchmarks/bench_nmf.py --threads``).
-PARALLEL_MIN_WORK = 2e7
+_TABLES = {}
 
 
-class _sweep_threads:
-    """One Numba thread inside for a small CPU sweep; unchanged otherwise."""
-
-    def __init__(self, backend, k, c):
-        self.serial = backend.on_host and float(k) * k * c < PARALLEL_MIN_WORK
-        self.saved = None
-
-    def __enter__(self):
-        if self.serial:
-            import numba
-
-            self.saved = numba.get_num_threads()
-            if self.saved != 1:
-                numba.set_num_threads(1)
-        return self
-
-    def __exit__(self, *exc):
-        if self.serial and self.saved not in (None, 1):
-            import numba
-
-            numba.set_num_threads(self.saved)
-        return False
+def _nonneg_table(k, dtype):
+    """``NonNeg().table(k, dtype)``, built once per (k, dtype): a half-step of a small NMF
+    costs tens of microseconds, the table's checks ~6 (the kernels only read it)."""
+    key = (int(k), np.dtype(dtype).str)
+    if key not in _TABLES:
+        _TABLES[key] = NonNeg().table(k, dtype)
+    return _TABLES[key]
 
 
 def _inner_sweeps(state, xp, max_inner, inner_tol):
@@ -204,7 +182,7 @@ def _inner_sweeps(state, xp, max_inner, inner_tol):
             n_inner += 1
             if rule.stop(float(xp.sum(stats[STAT_DIFF2]))):
                 break
-        return state.current_x(), n_inner
+        return state.take_x(), n_inner
 
 
 def finish_applies(backend, G):

@@ -27,9 +27,12 @@ def fold_matrix(a, c_diag, panel):
     ``sum_{i<P} A_ji Z_i + sum_{i>j} A_ji X_i + C_jj X_j`` except the in-panel
     lower terms, which the sweep adds row by row (read as ``afold[j, i]``, i > j).
     """
-    from array_api_compat import array_namespace
+    if isinstance(a, np.ndarray):
+        xp = np  # (array_namespace costs microseconds; small NMF half-steps call this often)
+    else:
+        from array_api_compat import array_namespace
 
-    xp = array_namespace(a)
+        xp = array_namespace(a)
     n = a.shape[0]
     rows = xp.arange(n)
     if panel >= n:
