@@ -145,6 +145,21 @@ def test_theta_is_relative_to_the_scale_of_the_data():
     np.testing.assert_allclose(b["history"][:, 1], c * c * a["history"][:, 1], rtol=1e-8)
 
 
+def test_default_theta_is_the_documented_relative_one():
+    from msm_gpu.apps.nmf import DEFAULT_THETA
+
+    assert NMF().get_params()["theta"] == DEFAULT_THETA == 1e-3
+    # the default reaches the model's half-steps: a default run is the theta = 1e-3 run
+    rng = np.random.default_rng(4)
+    Y = rng.random((30, 20))
+    kw = {"max_iter": 5, "tol": 0, "random_state": 0, "extrapolation": False}
+    W1, H1, _ = nmf(Y, 3, **kw)
+    W2, H2, _ = nmf(Y, 3, theta=1e-3, **kw)
+    W3, H3, _ = nmf(Y, 3, theta=1e-2, **kw)
+    np.testing.assert_array_equal(W1, W2)
+    assert not np.allclose(W1, W3)
+
+
 def test_relative_theta_is_the_absolute_one_times_mean_diagonal():
     rng = np.random.default_rng(8)
     from msm_gpu.backends import get_backend

@@ -385,7 +385,7 @@ def cgd(G, P, X, *, max_inner, inner_tol):
 
 
 def half_step(
-    solver, backend, G, P, X, *, max_inner, inner_tol, omega=1.0, theta=0.01, finish=False
+    solver, backend, G, P, X, *, max_inner, inner_tol, omega=1.0, theta=1e-3, finish=False
 ):
     """Solve (*) approximately from the warm start X with the named solver.
 
