@@ -134,29 +134,35 @@ def test_nested_run_ranges_runs_on_the_pool_thread():
 
 
 @pytest.mark.parametrize("n_rows", [None, 8, 20, 200, 1000])
-@pytest.mark.parametrize("n_cols", [1, 31, 100, 600, 1000, 4096, 50000])
+@pytest.mark.parametrize("n_cols", [1, 31, 70, 100, 600, 1000, 4096, 50000])
 @pytest.mark.parametrize("n_threads", [1, 2, 3])
 def test_column_ranges_cover_every_column_in_balanced_ranges(n_cols, n_threads, n_rows):
-    width = cpu.chunk_width(n_cols, n_threads, n_rows)
+    bounds = cpu.column_ranges(n_cols, n_threads, n_rows)
+    # contiguous, in order, every column once
+    assert bounds[0][0] == 0 and bounds[-1][1] == n_cols
+    assert all(a[1] == b[0] for a, b in zip(bounds[:-1], bounds[1:], strict=True))
+    widths = [c1 - c0 for c0, c1 in bounds]
     widest = cpu.CHUNK_COLUMNS
     if n_rows is not None:
         widest = max(cpu.CHUNK_COLUMNS, cpu.CHUNK_ELEMENTS // n_rows)
-    assert 1 <= width <= min(widest, n_cols)
-    n_ranges = -(-n_cols // width)
+    assert 1 <= min(widths) and max(widths) <= min(widest, n_cols)
+    assert max(widths) - min(widths) <= 1  # no narrow last range
+    if len(bounds) > 1:
+        assert min(widths) >= cpu.MIN_CHUNK_COLUMNS
     if n_threads > 1 and n_cols >= n_threads * cpu.MIN_CHUNK_COLUMNS:
-        assert n_ranges >= n_threads
+        assert len(bounds) >= n_threads
         # balanced: the thread with the most ranges sweeps about n_cols / n_threads
         # columns (the old rule gave 600 columns on 2 threads ranges of 256: 512 vs 300)
-        makespan = -(-n_ranges // n_threads) * width
+        makespan = -(-len(bounds) // n_threads) * max(widths)
         assert makespan <= 1.1 * n_cols / n_threads + 1
 
 
 def test_ranges_of_short_rows_are_wider():
     # few rows: a range holds up to CHUNK_ELEMENTS entries (n = 20: 3276 columns, so the
     # 1797 columns of an NMF W-step on digits are one range on one thread)
-    assert cpu.chunk_width(1797, 1, 20) == 1797
-    assert cpu.chunk_width(50000, 1, 20) == cpu.CHUNK_ELEMENTS // 20
-    assert cpu.chunk_width(50000, 1, 1000) == cpu.CHUNK_COLUMNS
+    assert cpu.column_ranges(1797, 1, 20) == [(0, 1797)]
+    assert cpu.range_count(50000, 1, 20) == -(-50000 // (cpu.CHUNK_ELEMENTS // 20))
+    assert cpu.range_count(50000, 1, 1000) == -(-50000 // cpu.CHUNK_COLUMNS)
     bounds, threads = cpu.plan(1797, 1.0, 2, 20)
     assert (bounds, threads) == ([(0, 1797)], 1)
 

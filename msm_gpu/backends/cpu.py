@@ -29,28 +29,33 @@ def max_chunk_columns(n_rows=None) -> int:
     return max(CHUNK_COLUMNS, CHUNK_ELEMENTS // max(int(n_rows), 1))
 
 
-def chunk_width(n_cols: int, n_threads: int, n_rows=None) -> int:
-    """Columns per range: as wide as allowed (at most :func:`max_chunk_columns`: each range
-    costs a packing of its panel operands in every GEMM, so narrow ranges are slower), with a
-    number of ranges that is a multiple of the threads so that they finish together
-    (measured at 200 x 1000, two threads: 8 ranges of 125 columns 1.14 ms a sweep, 4 of
-    250 1.06 ms, 2 of 500 1.02 ms).  More ranges than threads keep a thread that is not
-    scheduled from holding back more than one range; ranges stay at least
-    MIN_CHUNK_COLUMNS wide."""
-    widest = max_chunk_columns(n_rows)
-    if n_threads <= 1:
-        return max(1, min(widest, n_cols))
-    n_ranges = max(n_threads, -(-n_cols // widest))
-    n_ranges = -(-n_ranges // n_threads) * n_threads
-    return max(1, min(n_cols, max(MIN_CHUNK_COLUMNS, -(-n_cols // n_ranges))))
+def range_count(n_cols: int, n_threads: int, n_rows=None) -> int:
+    """How many column ranges a call splits into: ranges as wide as allowed (at most
+    :func:`max_chunk_columns`: each range costs a packing of its panel operands in every
+    GEMM, so narrow ranges are slower), in a number that is a multiple of the threads so
+    that they finish together (measured at 200 x 1000, two threads: 8 ranges of 125
+    columns 1.14 ms a sweep, 4 of 250 1.06 ms, 2 of 500 1.02 ms).  More ranges than
+    threads keep a thread that is not scheduled from holding back more than one range;
+    ranges stay at least MIN_CHUNK_COLUMNS wide."""
+    count = -(-n_cols // max_chunk_columns(n_rows))
+    if n_threads > 1:
+        count = -(-max(count, n_threads) // n_threads) * n_threads
+        count = min(count, n_cols // MIN_CHUNK_COLUMNS)
+    return max(1, min(count, n_cols))
+
+
+def column_ranges(n_cols: int, n_threads: int, n_rows=None):
+    """:func:`range_count` ranges ``(c0, c1)`` covering 0..n_cols-1, widths differing by at
+    most one (no narrow last range paying a whole range's calls)."""
+    count = range_count(n_cols, n_threads, n_rows)
+    return [(i * n_cols // count, (i + 1) * n_cols // count) for i in range(count)]
 
 
 def plan(n_cols: int, flops: float, cap: int, n_rows=None):
     """(column ranges, threads) for a call of ``flops`` over ``n_cols`` columns of an
     iterate with ``n_rows`` rows (None: ranges of at most CHUNK_COLUMNS)."""
     threads = sweep_threads(flops, -(-n_cols // MIN_CHUNK_COLUMNS), cap)
-    width = chunk_width(n_cols, threads, n_rows)
-    return [(c0, min(c0 + width, n_cols)) for c0 in range(0, n_cols, width)], threads
+    return column_ranges(n_cols, threads, n_rows), threads
 
 
 class CpuSweepState(SweepState):
