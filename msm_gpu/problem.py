@@ -25,6 +25,7 @@ from .scaling import (
     ldexp,
     ldexp_float,
     max_abs,
+    scaled_dense_copy,
     scaled_penalty,
 )
 
@@ -119,7 +120,7 @@ def prepare_solve(
         with be.limit_host_blas():  # no BLAS pool spinning against Numba's (design.md)
             v.check_psd(a, "A", input_dtype=dtype, scale_exponent=e_a)
         psd_known = True
-    r = ldexp(_dense_on(be, R, dtype, "R"), -e_r)
+    r = _scaled_dense_on(be, R, dtype, "R", -e_r)
     return _finish(be, a, r, x0, dtype, penalty, scaling, _user_like(R), psd_known)
 
 
@@ -231,8 +232,7 @@ def _finish(be, a, r, x0, dtype, penalty, scaling, user_like, psd_known) -> Prob
     if one_problem:
         r = r[:, None]
     if x0 is not None:
-        x0 = xp.reshape(be.asarray(_densify(x0), dtype), r.shape)
-        x0 = ldexp(x0, -scaling.x_exp)
+        x0 = xp.reshape(scaled_dense_copy(be, _densify(x0), dtype, -scaling.x_exp), r.shape)
     trace = float(xp.sum(xp.astype(xp.diagonal(a), xp.float64)))
     r_norms = _column_norms(xp, r)
     x_floor = r_norms / trace if trace > 0 else r_norms.copy()
@@ -345,6 +345,13 @@ def _dense_on(be, x, dtype, name):
             _check_dense_size(x.shape[0], dtype, name, name)
         return be.asarray(_densify(_on_backend(be, x, dtype)), dtype)
     return be.asarray(x, dtype)
+
+
+def _scaled_dense_on(be, x, dtype, name, e):
+    """:func:`_dense_on` times 2^e: one fresh array for dense x."""
+    if is_sparse(x):
+        return ldexp(_dense_on(be, x, dtype, name), e)
+    return scaled_dense_copy(be, x, dtype, e)
 
 
 def _on_backend(be, x, dtype):

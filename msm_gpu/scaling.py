@@ -78,6 +78,23 @@ def ldexp(x, e: int):
     return _times_power_of_two(x, e)
 
 
+def scaled_dense_copy(be, x, dtype, e: int):
+    """``x * 2^e`` as a new dense array of backend ``be`` in ``dtype`` (x dense; never x
+    itself).
+
+    A NumPy x on the CPU backend is converted and scaled in one pass into one fresh array:
+    a copy and then a scaled copy write two (measured at 200 x 1000, float64: each costs
+    page faults worth about 0.2 of a GEMM ``A @ X``).  The values are those of
+    ``ldexp(be.asarray(x, dtype), e)``: x is cast to ``dtype`` first, then multiplied by the
+    power of two (exact)."""
+    dtype = np.dtype(dtype)
+    if be.on_host and isinstance(x, np.ndarray) and dtype.kind == "f":
+        info = np.finfo(dtype)
+        if info.minexp - info.nmant <= e < info.maxexp:
+            return np.multiply(x, dtype.type(2.0**e), dtype=dtype)
+    return _times_power_of_two(be.asarray(x, dtype), e, in_place=True)
+
+
 def _times_power_of_two(x, e: int, in_place=False):
     """``x * 2^e``: a product with the power of two when 2^e is a number of x's dtype (a
     power of two times a float is exact unless the result under/overflows, as for ldexp),

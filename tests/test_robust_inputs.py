@@ -497,6 +497,29 @@ def test_power_of_two_rescaling_is_bit_exact(dtype):
             np.testing.assert_array_equal(got, np.ldexp(x, e))
 
 
+@pytest.mark.parametrize("source", [np.float64, np.float32, np.int64])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_scaled_dense_copy_is_the_cast_then_the_power_of_two(source, dtype, order):
+    # one pass (cast and scale) must give the bits of a cast copy times 2^e, in a new
+    # array of the layout of x, x untouched
+    from msm_gpu.backends import get_backend
+    from msm_gpu.scaling import scaled_dense_copy
+
+    be = get_backend("cpu")
+    rng = np.random.default_rng(1)
+    x = np.asarray(rng.standard_normal((40, 30)) * 1e3, dtype=source, order=order)
+    before = x.copy()
+    with np.errstate(over="ignore", under="ignore"):
+        for e in (-1100, -200, -149, -3, 0, 5, 127, 200, 1100):
+            got = scaled_dense_copy(be, x, dtype, e)
+            want = np.ldexp(np.asarray(x, dtype=dtype), e)
+            assert got.dtype == dtype and not np.shares_memory(got, x)
+            assert got.flags.f_contiguous == (order == "F")
+            np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(x, before)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_one_pass_stats_of_d_match_numpy(rng, dtype):
     from msm_gpu.scaling import host_float_stats
