@@ -232,32 +232,33 @@ def minimize(
         out = x[:, 0] if one_problem else x
         return be.to_user(out, loss.Y if not is_cupy(loss.X) else _like_cupy(loss))
 
-    if xp is np and hessian == "exact" and HOST_KERNELS:
-        # every outer iteration one compiled call, the model Hessian read through X
-        # (newton_host.py); the same iteration as NewtonMethod's below
-        limits = contextlib.nullcontext()
-        settings = {
-            "tol": tol,
-            "forcing": FORCING,
-            "inner_max_iter": inner_max_iter,
-            "working_set": bool(working_set),
-            "free_row": free[0] if free else -1,
-            "rounding": rounding,
-            "theta": INNER_THETA_CONVEX if pen.is_convex else INNER_THETA_NONCONVEX,
-            "omega": INNER_OMEGA if pen.is_convex else 1.0,
-            "sigma": SIGMA,
-            "ws_min": WS_MIN,
-            "ws_growth": WS_GROWTH,
-            "max_halvings": MAX_HALVINGS_CONVEX if pen.is_convex else MAX_HALVINGS_NONCONVEX,
-            "max_doublings": MAX_DOUBLINGS,
-        }
-        method = HostNewtonMethod(loss, pen, w, dtype, settings)
-    else:
-        # CPU: one BLAS thread.  The MSM sweeps are Numba-parallel; OpenBLAS threads
-        # spinning after a product fight over the cores (measured 100x slower GEMVs
-        # under load).
-        limits = _single_thread_blas() if xp is np else contextlib.nullcontext()
-        with limits:
+    host_road = xp is np and hessian == "exact" and HOST_KERNELS
+    # CPU, NumPy road: one BLAS thread.  The MSM sweeps are Numba-parallel; OpenBLAS
+    # threads spinning after a product fight over the cores (measured 100x slower GEMVs
+    # under load).  One ``with`` for building and iterating: threadpoolctl applies the
+    # limit when the limiter is made, and a second entry would not apply it again.
+    limits = _single_thread_blas() if xp is np and not host_road else contextlib.nullcontext()
+    with limits:
+        if host_road:
+            # every outer iteration one compiled call, the model Hessian read through X
+            # (newton_host.py); the same iteration as NewtonMethod's below
+            settings = {
+                "tol": tol,
+                "forcing": FORCING,
+                "inner_max_iter": inner_max_iter,
+                "working_set": bool(working_set),
+                "free_row": free[0] if free else -1,
+                "rounding": rounding,
+                "theta": INNER_THETA_CONVEX if pen.is_convex else INNER_THETA_NONCONVEX,
+                "omega": INNER_OMEGA if pen.is_convex else 1.0,
+                "sigma": SIGMA,
+                "ws_min": WS_MIN,
+                "ws_growth": WS_GROWTH,
+                "max_halvings": MAX_HALVINGS_CONVEX if pen.is_convex else MAX_HALVINGS_NONCONVEX,
+                "max_doublings": MAX_DOUBLINGS,
+            }
+            method = HostNewtonMethod(loss, pen, w, dtype, settings)
+        else:
             method = NewtonMethod(
                 xp,
                 be,
@@ -271,7 +272,6 @@ def minimize(
                 rounding=rounding,
                 tol=tol,
             )
-    with limits:
         out = run_iterations(
             method,
             n_cols=r,

@@ -382,3 +382,24 @@ def test_inner_solves_skip_the_psd_tests_without_changing_the_answer(monkeypatch
     trusted = mg.solve(a, r, mg.NonNeg(), _known_psd=True)
     assert calls  # the public call tests A
     np.testing.assert_array_equal(trusted.x, plain.x)
+
+
+def test_numpy_road_iterates_on_one_blas_thread():
+    # the NumPy loop (hessian="bound") runs its iterations with one BLAS thread (BLAS
+    # threads spinning after a product fight the Numba sweep); seen from the callback
+    from threadpoolctl import threadpool_info
+
+    def blas_threads():
+        return max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
+
+    x, y = small_problem(3)
+    seen = []
+    mg.minimize(
+        mg.Logistic(x, y),
+        mg.L1(0.001),
+        hessian="bound",
+        max_iter=3,
+        tol=0,
+        callback=lambda info: seen.append(blas_threads()),
+    )
+    assert seen and set(seen) == {1}
