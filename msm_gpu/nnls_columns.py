@@ -15,7 +15,8 @@ Per column, from a feasible start x (its positive entries are the free set F):
    ZERO_STEPS steps of length zero, which is Lawson & Hanson's rule and cannot cycle), or
    the column is done: x satisfies the KKT conditions.
 
-Every step is monotone in F (Lawson & Hanson 1974, ch. 23).  Step 1 is solved two ways:
+Every step is monotone in F (Lawson & Hanson 1974, ch. 23), except the restart from x = 0
+when the start's free set is singular.  Step 1 is solved two ways:
 
 - Schur phase (:func:`_schur_phase`), while few variables B are at 0 and G is well
   conditioned: z_F = u_F - H_FB H_BB^{-1} u_B with H = G^{-1} and u = H p, O(|B|^3 + n|B|);
@@ -27,7 +28,8 @@ Every step is monotone in F (Lawson & Hanson 1974, ch. 23).  Step 1 is solved tw
 
 A column whose G_FF turns out numerically singular (a pivot below ``PIVOT_TOL G_jj``) when
 a single variable joins, or that needs more than ``max_iter`` iterations, is returned as
-not ``ok`` at its last feasible point (the caller's general finish takes it from there).
+not ``ok`` at its last feasible point (the caller's general finish takes it from there);
+after a restart from 0 that point may be worse than the start, so callers compare.
 """
 
 from __future__ import annotations

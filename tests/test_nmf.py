@@ -352,3 +352,33 @@ def test_finish_of_the_msm_half_steps(monkeypatch):
         assert (W >= 0).all() and (kkt < 1e-10) == exact, (finish, kkt)
     with pytest.raises(ValueError, match="finish"):
         nmf(Y, 4, finish="always")
+
+
+def test_unfinished_active_set_columns_are_never_worse_than_the_msm_iterate(monkeypatch):
+    # nnls_active_set may hand back a not-ok column worse than its start (a restart from
+    # 0 after a singular start face); the half-step's finish then keeps the MSM iterate
+    import msm_gpu.nnls_columns as nc
+
+    rng = np.random.default_rng(3)
+    C = rng.random((20, 4))
+    G, P = C.T @ C, C.T @ rng.random((20, 5))
+    exact, ok_all, _ = nc.nnls_active_set(G, P)
+    assert ok_all.all()
+    X = 0.9 * exact + 0.01  # an MSM-like iterate near the solution: F(X) < 0
+
+    def partly_unfinished(g, p, x0):
+        x = exact.copy()
+        x[:, 1] = 0.0  # F = 0, above F(X) for column 1
+        x[:, 3] = exact[:, 3]  # an unfinished column that did improve is kept
+        return x, np.array([True, False, True, False, True]), np.zeros(5, dtype=np.int64)
+
+    monkeypatch.setattr(nc, "nnls_active_set", partly_unfinished)
+    got = ns._active_set_finish(G, P, X)
+
+    def f(x):
+        return np.einsum("ij,ij->j", x, 0.5 * (G @ x) - P)
+
+    assert f(X)[1] < 0.0  # so 0 is worse there
+    np.testing.assert_array_equal(got[:, 1], X[:, 1])
+    np.testing.assert_array_equal(got[:, [0, 2, 3, 4]], exact[:, [0, 2, 3, 4]])
+    assert np.all(f(got) <= f(X) + 1e-12)

@@ -194,12 +194,25 @@ def finish_applies(backend, G):
 
 def _active_set_finish(G, P, X):
     """The exact NNLS solution from the MSM iterate X, in X's dtype (the active set of
-    :mod:`msm_gpu.nnls_columns`; columns it could not finish keep its last feasible
-    point, which is never worse than X)."""
+    :mod:`msm_gpu.nnls_columns`).  A column it could not finish keeps the better of its
+    last feasible point and X: after a singular start face the active set starts again
+    from 0 and may stop above X."""
     from ..nnls_columns import nnls_active_set
 
-    x_new, _, _ = nnls_active_set(np.asarray(G), np.asarray(P), np.asarray(X))
-    return x_new.astype(X.dtype, copy=False)
+    G, P, X = np.asarray(G), np.asarray(P), np.asarray(X)
+    x_new, ok, _ = nnls_active_set(G, P, X)
+    x_new = x_new.astype(X.dtype, copy=False)
+    if not ok.all():
+        bad = np.flatnonzero(~ok)
+        xb, x0 = x_new[:, bad], X[:, bad]
+        pb = P[:, bad]
+
+        def f(x):  # 1/2 x'Gx - p'x per column
+            return np.einsum("ij,ij->j", x, 0.5 * (G @ x) - pb)
+
+        worse = bad[f(xb) > f(x0)]
+        x_new[:, worse] = X[:, worse]
+    return x_new
 
 
 # -- projected gradient (Lin 2007) ----------------------------------------------------
