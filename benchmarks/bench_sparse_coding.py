@@ -265,7 +265,8 @@ def speed(args):
     sigmas = args.sigmas or [20, 30]
     crop = args.crop if args.crop is not None else 128
     warm = np.random.default_rng(0).uniform(0, 255, (16, 16))
-    denoise(warm, 20.0, n_iter=1)  # JIT warm-up, not timed
+    for method in ("msm", "ksvd"):  # JIT / first-call warm-up of both, not timed
+        denoise(warm, 20.0, n_iter=1, method=method)
     print(
         f"{'image':>8} {'sigma':>5} | {'K-SVD dB':>8} {'s':>6} | {'MSM dB':>7} {'s':>6} | "
         f"{'sklearn dB':>10} {'s':>6} | {'K-SVD s / MSM s':>15}  target"

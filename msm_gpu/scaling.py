@@ -87,12 +87,21 @@ def scaled_dense_copy(be, x, dtype, e: int):
     page faults worth about 0.2 of a GEMM ``A @ X``).  The values are those of
     ``ldexp(be.asarray(x, dtype), e)``: x is cast to ``dtype`` first, then multiplied by the
     power of two (exact)."""
-    dtype = np.dtype(dtype)
-    if be.on_host and isinstance(x, np.ndarray) and dtype.kind == "f":
-        info = np.finfo(dtype)
-        if info.minexp - info.nmant <= e < info.maxexp:
-            return np.multiply(x, dtype.type(2.0**e), dtype=dtype)
+    factor = _power_of_two(dtype, e)
+    if be.on_host and isinstance(x, np.ndarray) and factor is not None:
+        return np.multiply(x, factor, dtype=dtype)
     return _times_power_of_two(be.asarray(x, dtype), e, in_place=True)
+
+
+def _power_of_two(dtype, e: int):
+    """2^e as a number of the float ``dtype`` (subnormal included), or None where it is not."""
+    dtype = np.dtype(dtype)
+    if dtype.kind != "f":
+        return None
+    info = np.finfo(dtype)
+    if info.minexp - info.nmant <= e < info.maxexp:
+        return dtype.type(2.0**e)
+    return None
 
 
 def _times_power_of_two(x, e: int, in_place=False):
@@ -100,15 +109,13 @@ def _times_power_of_two(x, e: int, in_place=False):
     power of two times a float is exact unless the result under/overflows, as for ldexp),
     which is several times faster than NumPy's ``ldexp`` ufunc; ``ldexp`` otherwise.
     ``in_place``: the product is written into ``x`` (the ldexp fallback is not)."""
-    dtype = np.dtype(x.dtype)
-    if dtype.kind == "f":
-        info = np.finfo(dtype)
-        if info.minexp - info.nmant <= e < info.maxexp:
-            if in_place:
-                x *= dtype.type(2.0**e)
-                return x
-            return x * dtype.type(2.0**e)
-    return module_of(x).ldexp(x, e)
+    factor = _power_of_two(x.dtype, e)
+    if factor is None:
+        return module_of(x).ldexp(x, e)
+    if in_place:
+        x *= factor
+        return x
+    return x * factor
 
 
 def ldexp_float(value, e: int) -> float:

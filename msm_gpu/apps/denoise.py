@@ -262,9 +262,9 @@ def denoise(
         if verbose:
             print(f"[denoise {method}] {msg}", flush=True)
 
-    # One BLAS thread for every method: Numba's sweep threads (MSM) and OpenBLAS's must
-    # not run at once (docs/design.md, "CPU sweep"), and small LAPACK calls (eigvalsh of
-    # the 256 x 256 H H' in the dictionary step) were measured at 0.7 s each with
+    # One BLAS thread for every method: the sweep's threads (MSM) and OpenBLAS's must
+    # not run at once (docs/design.md, "CPU sweep"), and small LAPACK calls (the
+    # eigen-decompositions of the dictionary step) were measured at 0.7 s each with
     # threaded BLAS on a loaded 2-core machine.  K-SVD runs under the same limit.
     with blas_controller().limit(limits=1, user_api="blas"):
         # 1. dictionary learning on random noisy patches, means removed

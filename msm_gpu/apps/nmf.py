@@ -32,7 +32,9 @@ and the fix (evidence: ``benchmarks/bench_nmf.py --target``):
 * The default theta is 0.001 of mean(diag G), not 0.01 (:data:`DEFAULT_THETA`).
 * Small sweeps run on one thread: the CPU backend picks a sweep's threads from its work
   (``backends.threads.sweep_threads``), and ranges of few rows are wide
-  (``backends.cpu.CHUNK_ELEMENTS``): a 3-sweep W-step on digits 0.26 ms, was 0.41.
+  (``backends.cpu.CHUNK_ELEMENTS``); with the leaner half-step, one outer iteration on
+  digits took 0.75-0.78 ms, was 0.90-0.94 (``NMF.fit`` at equal settings, old and new
+  code timed in turn).
 * On the CPU the whole run uses one BLAS thread: OpenBLAS threads spinning after a Gram
   product fight the sweep's threads (measured 20x slower iterations on 2 cores when the
   sweep ran on Numba's threads).  With the sweep on one thread, two BLAS threads were
@@ -71,16 +73,8 @@ from .nmf_extrapolation import Extrapolation
 #: Solvers that extrapolate between outer iterations with ``extrapolation="auto"``.
 EXTRAPOLATED_SOLVERS = ("msm", "hals")
 
-#: Default (relative) theta of the "msm" half-steps.  The paper's absolute theta = 0.01 is
-#: about 1e-7 of mean(diag W'W) on pixel data, i.e. no damping at all; a relative 0.01
-#: damps every 1-D step by 1 % and slowed the runs: ``benchmarks/bench_nmf.py`` protocol on
-#: digits (k = 20), 12 starts (scikit-learn random init, seeds 0-11), MSM's time to
-#: scikit-learn cd's 200-iteration objective / cd's time, median (starts within 0.5x):
-#: theta = 0.01 0.60 (4/12), 0.003 0.49 (6/12), 0.001 0.40 (10/12), 1e-4 0.37 (9/12), 0
-#: 0.31 (9/12); china.jpg (k = 30, 5 starts) 0.35 / 0.30 / 0.30 at 0.01 / 0.001 / 0; the
-#: sparse text matrix (finished half-steps) unchanged.  0.001 keeps a proximal term (a
-#: bounded 1-D step for an all-zero factor column) at no measurable cost.
-DEFAULT_THETA = 1e-3
+#: Default (relative) theta of the "msm" half-steps (measurements: there).
+DEFAULT_THETA = ns.DEFAULT_THETA
 
 
 # -- input handling ---------------------------------------------------------------------
@@ -298,10 +292,7 @@ def _run(data, backend, W, H, p, *, update_w=True, update_h=True):
     ex = Extrapolation() if _use_extrapolation(p) else None
     h_prev, w_prev = H, W
     best = (f, W, H)
-    # CPU: one BLAS thread for the whole run, all solvers alike.  The Numba kernels are
-    # parallel over columns; OpenBLAS threads spinning after a Gram product and Numba's
-    # threads fight for the cores: measured 20x slower iterations on 2 cores (digits,
-    # k=20: 90 ms/it with 2 BLAS threads vs 2.5-5 ms/it with 1).
+    # CPU: one BLAS thread for the whole run, all solvers alike (module docstring).
     limit = backend.limit_host_blas()
     limit.__enter__()
     try:

@@ -107,7 +107,6 @@ class CpuSweepState(SweepState):
 
     def _run(self, fn, m, flops):
         """``fn(c0, c1)`` over ranges of the columns 0..m-1, threads chosen from the work."""
-        n = self._afold.shape[0]
         if self._serial_blas is None:
             # The kernels call SciPy's BLAS from several threads: BLAS itself must stay
             # serial, or the two thread pools fight (docs/design.md, "CPU sweep").  Kept
@@ -115,7 +114,7 @@ class CpuSweepState(SweepState):
             self._serial_blas = serial_numba_blas().__enter__()
         key = (m, flops)
         if key not in self._plans:
-            self._plans[key] = plan(m, flops, self._cap, n)
+            self._plans[key] = plan(m, flops, self._cap, self._afold.shape[0])
         bounds, threads = self._plans[key]
         if len(bounds) == 1:
             fn(*bounds[0])
