@@ -55,14 +55,21 @@ def direct_objective_of(loss, penalty, x):
 
 
 def both_roads(loss, penalty, **kw):
+    """(compiled road's result, NumPy loop's result), each checked to be the road it says:
+    the compiled one builds a HostNewtonMethod, the NumPy loop does not."""
     out = {}
+    real = newton.HostNewtonMethod
     for host in (True, False):
+        built = []
         old = newton.HOST_KERNELS
         newton.HOST_KERNELS = host
+        newton.HostNewtonMethod = lambda *a, _b=built, **k: _b.append(1) or real(*a, **k)
         try:
             out[host] = mg.minimize(loss, penalty, **kw)
         finally:
             newton.HOST_KERNELS = old
+            newton.HostNewtonMethod = real
+        assert bool(built) == host, "the road taken is not the one asked for"
     return out[True], out[False]
 
 
