@@ -168,3 +168,24 @@ def test_denoise_d_iter_steps_the_dictionary_and_is_checked(noisy_pair):
     for bad in (0, 1.5):
         with pytest.raises((ValueError, TypeError), match="d_iter"):
             denoise(noisy, 20, d_iter=bad, n_atoms=64)
+
+
+def test_denoise_train_lam_default_explicit_and_checked(noisy_pair):
+    _, noisy = noisy_pair
+    kw = {"n_atoms": 64, "n_train": 200, "n_iter": 2, "return_info": True}
+    out, info = denoise(noisy, 20, **kw)
+    assert info["lam"] == default_lam(20)
+    assert info["train_lam"] == 2.0 * info["lam"]  # MSM trains on sparser codes
+    assert denoise(noisy, 20, method="pgm", **kw)[1]["train_lam"] == info["lam"]
+    same, same_info = denoise(noisy, 20, train_lam=2.0 * default_lam(20), **kw)
+    np.testing.assert_array_equal(same, out)
+    _, one_lam = denoise(noisy, 20, train_lam=default_lam(20), **kw)
+    assert not np.array_equal(one_lam["dictionary"], info["dictionary"])
+    # a weight no code can pay: every training code stays 0, so no atom moves off the DCT
+    _, frozen = denoise(noisy, 20, train_lam=1e12, **kw)
+    np.testing.assert_allclose(frozen["dictionary"], overcomplete_dct(8, 64), rtol=0, atol=1e-14)
+    assert frozen["train_lam"] == 1e12 and frozen["lam"] == default_lam(20)
+    with pytest.raises(ValueError, match="train_lam"):
+        denoise(noisy, 20, train_lam=-1.0, n_atoms=64)
+    with pytest.raises(TypeError, match="train_lam"):
+        denoise(noisy, 20, train_lam="2", n_atoms=64)
