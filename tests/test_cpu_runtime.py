@@ -167,6 +167,32 @@ def test_ranges_of_short_rows_are_wider():
     assert (bounds, threads) == ([(0, 1797)], 1)
 
 
+def test_float32_ranges_are_twice_as_wide():
+    # the budgets are bytes: a float32 range holds twice the float64 columns
+    for n_rows in (None, 20, 200, 1000):
+        assert cpu.max_chunk_columns(n_rows, 4) == 2 * cpu.max_chunk_columns(n_rows, 8)
+    assert cpu.column_ranges(1000, 2, 200, 8) == [(0, 250), (250, 500), (500, 750), (750, 1000)]
+    assert cpu.column_ranges(1000, 2, 200, 4) == [(0, 500), (500, 1000)]
+    assert cpu.range_count(50000, 1, 1000, 4) == -(-50000 // (2 * cpu.CHUNK_COLUMNS))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sweep_state_plans_ranges_for_its_dtype(dtype, monkeypatch):
+    seen = []
+    real_plan = cpu.plan
+
+    def spy(*args):
+        seen.append(args)
+        return real_plan(*args)
+
+    monkeypatch.setattr(cpu, "plan", spy)
+    rng = np.random.default_rng(0)
+    c = rng.uniform(size=(40, 30))
+    a, r = (c.T @ c).astype(dtype), rng.normal(size=(30, 100)).astype(dtype)
+    mg.solve(a, r, mg.NonNeg(), tol=0, max_iter=2)
+    assert seen and all(args[-1] == np.dtype(dtype).itemsize for args in seen)
+
+
 def test_small_work_runs_on_one_thread():
     assert threads.sweep_threads(2.0 * 100 * 100 * 50, 2, 8) == 1  # README example
     assert threads.sweep_threads(2.0 * 1000 * 1000 * 4096, 16, 2) == 2

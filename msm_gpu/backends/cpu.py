@@ -9,11 +9,12 @@ from . import cpu_kernels as _kernels
 from .base import N_STATS, Backend, SweepState, check_penalty_code, fold_matrix
 from .threads import run_ranges, serial_numba_blas, sweep_threads, thread_cap
 
-#: Most columns per range (one thread sweeps one range at a time, calling 1-thread BLAS);
-#: a range's rows and its panel buffer stay in the core's cache.
+#: Most columns per range of a float64 iterate (one thread sweeps one range at a time,
+#: calling 1-thread BLAS); a range's rows and its panel buffer stay in the core's cache.
+#: The budgets are bytes: a float32 range may be twice as wide.
 CHUNK_COLUMNS = 256
-#: ... unless the rows are few: a range may hold up to CHUNK_ELEMENTS entries (512 KB in
-#: float64).  Each range pays its GEMM calls and operand packing, which short rows do not
+#: ... unless the rows are few: a range may hold up to CHUNK_ELEMENTS float64 entries
+#: (512 KB).  Each range pays its GEMM calls and operand packing, which short rows do not
 #: amortise: one thread, n = 20, 8192 columns, 0.18 ns per n^2 m with ranges of 256
 #: columns, 0.11 with 2048 (n = 8: 0.53 vs 0.20; n = 64: 0.085 vs 0.071; n = 200: 0.056
 #: vs 0.054; float32 alike).
@@ -22,14 +23,17 @@ CHUNK_ELEMENTS = 65536
 MIN_CHUNK_COLUMNS = 32
 
 
-def max_chunk_columns(n_rows=None) -> int:
-    """The widest range for an iterate of ``n_rows`` rows (None: CHUNK_COLUMNS)."""
+def max_chunk_columns(n_rows=None, itemsize=8) -> int:
+    """The widest range for an iterate of ``n_rows`` rows (None: CHUNK_COLUMNS) and
+    ``itemsize`` bytes per entry (float32: twice the float64 width; at 200 x 1000, two
+    threads, 2 ranges of 500 columns swept in 0.69 ms where 4 of 250 took 0.73)."""
+    scale = max(1, 8 // max(int(itemsize), 1))
     if n_rows is None:
-        return CHUNK_COLUMNS
-    return max(CHUNK_COLUMNS, CHUNK_ELEMENTS // max(int(n_rows), 1))
+        return CHUNK_COLUMNS * scale
+    return scale * max(CHUNK_COLUMNS, CHUNK_ELEMENTS // max(int(n_rows), 1))
 
 
-def range_count(n_cols: int, n_threads: int, n_rows=None) -> int:
+def range_count(n_cols: int, n_threads: int, n_rows=None, itemsize=8) -> int:
     """How many column ranges a call splits into: ranges as wide as allowed (at most
     :func:`max_chunk_columns`: each range costs a packing of its panel operands in every
     GEMM, so narrow ranges are slower), in a number that is a multiple of the threads so
@@ -37,25 +41,26 @@ def range_count(n_cols: int, n_threads: int, n_rows=None) -> int:
     columns 1.14 ms a sweep, 4 of 250 1.06 ms, 2 of 500 1.02 ms).  More ranges than
     threads keep a thread that is not scheduled from holding back more than one range;
     ranges stay at least MIN_CHUNK_COLUMNS wide."""
-    count = -(-n_cols // max_chunk_columns(n_rows))
+    count = -(-n_cols // max_chunk_columns(n_rows, itemsize))
     if n_threads > 1:
         count = -(-max(count, n_threads) // n_threads) * n_threads
         count = min(count, n_cols // MIN_CHUNK_COLUMNS)
     return max(1, min(count, n_cols))
 
 
-def column_ranges(n_cols: int, n_threads: int, n_rows=None):
+def column_ranges(n_cols: int, n_threads: int, n_rows=None, itemsize=8):
     """:func:`range_count` ranges ``(c0, c1)`` covering 0..n_cols-1, widths differing by at
     most one (no narrow last range paying a whole range's calls)."""
-    count = range_count(n_cols, n_threads, n_rows)
+    count = range_count(n_cols, n_threads, n_rows, itemsize)
     return [(i * n_cols // count, (i + 1) * n_cols // count) for i in range(count)]
 
 
-def plan(n_cols: int, flops: float, cap: int, n_rows=None):
+def plan(n_cols: int, flops: float, cap: int, n_rows=None, itemsize=8):
     """(column ranges, threads) for a call of ``flops`` over ``n_cols`` columns of an
-    iterate with ``n_rows`` rows (None: ranges of at most CHUNK_COLUMNS)."""
+    iterate with ``n_rows`` rows (None: ranges of at most CHUNK_COLUMNS) and ``itemsize``
+    bytes per entry."""
     threads = sweep_threads(flops, -(-n_cols // MIN_CHUNK_COLUMNS), cap)
-    return column_ranges(n_cols, threads, n_rows), threads
+    return column_ranges(n_cols, threads, n_rows, itemsize), threads
 
 
 class CpuSweepState(SweepState):
@@ -114,7 +119,8 @@ class CpuSweepState(SweepState):
             self._serial_blas = serial_numba_blas().__enter__()
         key = (m, flops)
         if key not in self._plans:
-            self._plans[key] = plan(m, flops, self._cap, self._afold.shape[0])
+            afold = self._afold
+            self._plans[key] = plan(m, flops, self._cap, afold.shape[0], afold.dtype.itemsize)
         bounds, threads = self._plans[key]
         if len(bounds) == 1:
             fn(*bounds[0])
