@@ -42,6 +42,16 @@ __all__ = ["default_lam", "denoise", "ksvd", "psnr"]
 
 DENOISE_METHODS = ("msm", "pgm", "ksvd")
 
+#: The paper's settings, kept by PGM and K-SVD (see below).
+_PAPER_DEFAULTS = {
+    "n_iter": 10,
+    "h_iter": 5,
+    "d_iter": 1,
+    "code_iter": 20,
+    "init": "omp",
+    "train_lam_factor": 1.0,
+}
+
 #: Per-method defaults of n_iter, h_iter, d_iter, code_iter, init and train_lam (as a multiple
 #: of lam), used where :func:`denoise` gets None.
 #: MSM: 10 training iterations of 3 sweeps and 20 dictionary steps, then 10 sweeps from
@@ -65,22 +75,8 @@ METHOD_DEFAULTS = {
         "init": "zeros",
         "train_lam_factor": 2.0,
     },
-    "pgm": {
-        "n_iter": 10,
-        "h_iter": 5,
-        "d_iter": 1,
-        "code_iter": 20,
-        "init": "omp",
-        "train_lam_factor": 1.0,
-    },
-    "ksvd": {
-        "n_iter": 10,
-        "h_iter": 5,
-        "d_iter": 1,
-        "code_iter": 20,
-        "init": "omp",
-        "train_lam_factor": 1.0,
-    },
+    "pgm": _PAPER_DEFAULTS,
+    "ksvd": _PAPER_DEFAULTS,
 }
 
 
