@@ -190,7 +190,7 @@ def test_sweep_state_plans_ranges_for_its_dtype(dtype, monkeypatch):
     c = rng.uniform(size=(40, 30))
     a, r = (c.T @ c).astype(dtype), rng.normal(size=(30, 100)).astype(dtype)
     mg.solve(a, r, mg.NonNeg(), tol=0, max_iter=2)
-    assert seen and all(args[-1] == np.dtype(dtype).itemsize for args in seen)
+    assert seen and all(args[4] == np.dtype(dtype).itemsize for args in seen)
 
 
 def test_small_work_runs_on_one_thread():

@@ -6,6 +6,7 @@ import numpy as np
 
 from ..arrays import is_cupy
 from . import cpu_kernels as _kernels
+from . import cpu_tiles as _tiles
 from .base import N_STATS, Backend, SweepState, check_penalty_code, fold_matrix
 from .threads import run_ranges, serial_numba_blas, sweep_threads, thread_cap
 
@@ -48,19 +49,23 @@ def range_count(n_cols: int, n_threads: int, n_rows=None, itemsize=8) -> int:
     return max(1, min(count, n_cols))
 
 
-def column_ranges(n_cols: int, n_threads: int, n_rows=None, itemsize=8):
+def column_ranges(n_cols: int, n_threads: int, n_rows=None, itemsize=8, align=1):
     """:func:`range_count` ranges ``(c0, c1)`` covering 0..n_cols-1, widths differing by at
-    most one (no narrow last range paying a whole range's calls)."""
+    most one (no narrow last range paying a whole range's calls); with ``align`` > 1,
+    every inner boundary a multiple of ``align`` (the tiled sweep's whole tiles)."""
     count = range_count(n_cols, n_threads, n_rows, itemsize)
-    return [(i * n_cols // count, (i + 1) * n_cols // count) for i in range(count)]
+    bounds = [i * n_cols // count for i in range(count + 1)]
+    if align > 1:
+        bounds = [min(n_cols, -(-b // align) * align) for b in bounds[:-1]] + [n_cols]
+    return [(c0, c1) for c0, c1 in zip(bounds[:-1], bounds[1:], strict=True) if c1 > c0]
 
 
-def plan(n_cols: int, flops: float, cap: int, n_rows=None, itemsize=8):
+def plan(n_cols: int, flops: float, cap: int, n_rows=None, itemsize=8, align=1):
     """(column ranges, threads) for a call of ``flops`` over ``n_cols`` columns of an
     iterate with ``n_rows`` rows (None: ranges of at most CHUNK_COLUMNS) and ``itemsize``
-    bytes per entry."""
+    bytes per entry; inner boundaries multiples of ``align``."""
     threads = sweep_threads(flops, -(-n_cols // MIN_CHUNK_COLUMNS), cap)
-    return column_ranges(n_cols, threads, n_rows, itemsize), threads
+    return column_ranges(n_cols, threads, n_rows, itemsize, align), threads
 
 
 class CpuSweepState(SweepState):
@@ -71,16 +76,19 @@ class CpuSweepState(SweepState):
     array (and the retired ones stay in the full iterate).
 
     ``max_threads`` (None: :func:`threads.thread_cap`) caps the threads of a sweep.
-    ``x0_owned``: x0 is the caller's to give (see :meth:`Backend.start`).
+    ``x0_owned``: x0 is the caller's to give (see :meth:`Backend.start`).  ``tiles``: sweep
+    with ``cpu_tiles.sweep_tiles`` (``afold`` folded for its panels), else with the BLAS
+    panels of ``cpu_kernels``.
     """
 
-    def __init__(self, a, afold, b_diag, code, table, r, x0, panel, *, x0_owned=False):
+    def __init__(self, a, afold, b_diag, code, table, r, x0, panel, *, x0_owned=False, tiles=False):
         self._a = np.ascontiguousarray(a, dtype=afold.dtype)
         self._afold = afold
         self._b_diag = b_diag
         self._code = int(code)
         self._table = table
         self._panel = int(panel)
+        self._tiles = bool(tiles)
         self._r_full = np.ascontiguousarray(r, dtype=afold.dtype)  # read only
         # a handed-over x0 is swept in place when its layout allows (a fresh n x r array
         # costs page faults: at 200 x 1000 about half a GEMM)
@@ -110,32 +118,46 @@ class CpuSweepState(SweepState):
     def _compact(self):
         return self._y is not self._x
 
-    def _run(self, fn, m, flops):
-        """``fn(c0, c1)`` over ranges of the columns 0..m-1, threads chosen from the work."""
+    def _run(self, fn, m, flops, align=1):
+        """``fn(c0, c1)`` over ranges of the columns 0..m-1, threads chosen from the work,
+        inner range boundaries multiples of ``align``."""
         if self._serial_blas is None:
             # The kernels call SciPy's BLAS from several threads: BLAS itself must stay
             # serial, or the two thread pools fight (docs/design.md, "CPU sweep").  Kept
             # until close(): changing OpenBLAS's thread count costs milliseconds.
             self._serial_blas = serial_numba_blas().__enter__()
-        key = (m, flops)
+        key = (m, flops, align)
         if key not in self._plans:
             afold = self._afold
-            self._plans[key] = plan(m, flops, self._cap, afold.shape[0], afold.dtype.itemsize)
+            self._plans[key] = plan(
+                m, flops, self._cap, afold.shape[0], afold.dtype.itemsize, align
+            )
         bounds, threads = self._plans[key]
         if len(bounds) == 1:
             fn(*bounds[0])
         else:
             run_ranges(lambda i: fn(*bounds[i]), len(bounds), threads)
 
+    def _align(self):
+        """Range boundaries of a sweep: whole tiles for the tiled sweep."""
+        return _tiles.tile_columns(self._afold.dtype.itemsize) if self._tiles else 1
+
     def sweep(self):
         afold, b_diag, code, table = self._afold, self._b_diag, self._code, self._table
         r, y, panel, stats = self._rc, self._y, self._panel, self._stats
 
-        def one(c0, c1):
-            _kernels.sweep_columns(afold, b_diag, code, table, r, y, c0, c1, panel, stats)
+        if self._tiles:
+
+            def one(c0, c1):
+                _tiles.sweep_tiles(afold, b_diag, code, table, r, y, c0, c1, stats, stats, False)
+
+        else:
+
+            def one(c0, c1):
+                _kernels.sweep_columns(afold, b_diag, code, table, r, y, c0, c1, panel, stats)
 
         n, m = y.shape
-        self._run(one, m, 2.0 * n * n * m)
+        self._run(one, m, 2.0 * n * n * m, self._align())
         return stats.copy()
 
     def sweep_with_objective(self):
@@ -150,13 +172,20 @@ class CpuSweepState(SweepState):
         afold, b_diag, code, table = self._afold, self._b_diag, self._code, self._table
         r, panel, stats = self._rc, self._panel, self._stats
 
-        def one(c0, c1):
-            _kernels.sweep_columns_with_objective(
-                afold, b_diag, code, table, r, y, c0, c1, panel, stats, terms
-            )
+        if self._tiles:
+
+            def one(c0, c1):
+                _tiles.sweep_tiles(afold, b_diag, code, table, r, y, c0, c1, stats, terms, True)
+
+        else:
+
+            def one(c0, c1):
+                _kernels.sweep_columns_with_objective(
+                    afold, b_diag, code, table, r, y, c0, c1, panel, stats, terms
+                )
 
         n, m = y.shape
-        self._run(one, m, 2.0 * n * n * m)
+        self._run(one, m, 2.0 * n * n * m, self._align())
         return (terms[0], terms[1]), stats.copy()
 
     def _zero_and_feasible(self, x):
@@ -260,9 +289,17 @@ class CpuBackend(Backend):
             return cupy.asarray(x)
         return x
 
-    def start(self, a, r, x0, splitting, table, code, panel, *, x0_owned=False):
+    def start(self, a, r, x0, splitting, table, code, panel, *, x0_owned=False, tiles=None):
+        """The sweep state; ``panel`` is the BLAS sweep's, unused where the tiled sweep
+        runs (``tiles``: None chooses by ``cpu_tiles.use_tiles``; True/False force it)."""
         check_penalty_code(code)
+        if tiles is None:
+            tiles = _tiles.use_tiles(a.shape[0], a.dtype.itemsize)
+        if tiles:
+            panel = _tiles.TILE_ROWS
         afold = np.ascontiguousarray(fold_matrix(a, splitting.c_diag, panel))
         b_diag = np.asarray(splitting.b_diag, dtype=a.dtype)
         table = np.ascontiguousarray(table, dtype=a.dtype)
-        return CpuSweepState(a, afold, b_diag, code, table, r, x0, panel, x0_owned=x0_owned)
+        return CpuSweepState(
+            a, afold, b_diag, code, table, r, x0, panel, x0_owned=x0_owned, tiles=tiles
+        )

@@ -1,0 +1,195 @@
+"""The tiled CPU sweep (msm_gpu.backends.cpu_tiles) and its SIMD vectors (simd.py).
+
+The sweep is checked against the row-by-row reference of the paper's Algorithm 1
+(``test_mutants_cpu_kernels._reference_sweep``, NumPy only) and against closed forms;
+shapes are chosen so that every path runs: whole 8-row panels and a last short one,
+whole column tiles and a tail of columns past them.  The tiled sweep is forced on
+(``tiles=True``), so it is tested on hosts where it is not the default too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.optimize
+from numba import njit
+from test_mutants_cpu_kernels import PENALTIES, _bounds, _problem, _reference_sweep
+
+import msm_gpu as mg
+from msm_gpu.backends import cpu, cpu_tiles, simd
+from msm_gpu.backends.cpu import CpuBackend
+from msm_gpu.splitting import make_splitting
+
+N_ROWS = 2 * cpu_tiles.TILE_ROWS + 3  # two whole panels and a short one
+
+
+def _columns(dtype):
+    """Two whole tiles and a tail of 5 columns."""
+    return 2 * cpu_tiles.tile_columns(np.dtype(dtype).itemsize) + 5
+
+
+def _start(pen, a, r, x, omega=1.2, theta=0.05, tiles=True):
+    split = make_splitting(np.diag(a).astype(np.float64), omega, theta, pen.is_convex)
+    return CpuBackend().start(a, r, x, split, pen.table(a.shape[0]), pen.code, 64, tiles=tiles)
+
+
+@pytest.mark.parametrize("pen", PENALTIES, ids=repr)
+def test_tiled_sweep_matches_the_row_by_row_reference(pen):
+    n, m = N_ROWS, _columns(np.float64)
+    a, r, x = _problem(n, m, seed=3)
+    omega, theta = (1.2, 0.05) if pen.is_convex else (0.8, 0.05)
+    lb, ub = _bounds(pen, n)
+    z_ref, stats_ref = _reference_sweep(pen, a, r, x, omega, theta, lb, ub)
+    state = _start(pen, a, r, x, omega, theta)
+    assert state._tiles and state._panel == cpu_tiles.TILE_ROWS
+    stats = state.sweep()
+    z = state.current_x()
+    state.close()
+    tol = 1e-6 if isinstance(pen, mg.Lp) else 1e-12  # Lp reference: grid search
+    np.testing.assert_allclose(z, z_ref, rtol=tol, atol=tol)
+    np.testing.assert_allclose(stats[2:], stats_ref[2:], rtol=max(tol, 1e-12), atol=1e-12)
+    np.testing.assert_allclose(stats[1], stats_ref[1], rtol=tol, atol=tol)
+    np.testing.assert_allclose(stats[0], stats_ref[0], rtol=max(tol, 1e-10), atol=1e-10)
+
+
+@pytest.mark.parametrize("pen", [mg.NonNeg(), mg.L1(0.2), mg.Box(-0.3, 0.4)], ids=repr)
+def test_float32_tiled_sweep_matches_the_reference_to_float32_rounding(pen):
+    n, m = N_ROWS, _columns(np.float32)
+    a, r, x = _problem(n, m, seed=5)
+    lb, ub = _bounds(pen, n)
+    z_ref, stats_ref = _reference_sweep(pen, a, r, x, 1.2, 0.05, lb, ub)
+    a32, r32, x32 = (v.astype(np.float32) for v in (a, r, x))
+    state = _start(pen, a32, r32, x32)
+    stats = state.sweep()
+    z = state.current_x()
+    state.close()
+    assert z.dtype == np.float32
+    np.testing.assert_allclose(z, z_ref, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(stats, stats_ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("pen", [mg.NonNeg(), mg.L1(0.2), mg.L0(0.1), mg.Lp(0.1, 0.5)], ids=repr)
+def test_first_sweep_objective_is_f_of_the_start(pen):
+    # sweep_with_objective: F(X0) per column from the sweep's own products, then the sweep
+    n, m = N_ROWS, _columns(np.float64)
+    a, r, x = _problem(n, m, seed=6)
+    x = np.abs(x)  # inside every domain
+    lb, ub = _bounds(pen, n)
+    omega = 1.2 if pen.is_convex else 0.8
+    (fun, hsum), stats = _start(pen, a, r, x, omega).sweep_with_objective()
+    table = pen.table(n)
+    want_h = np.zeros(m)
+    for j in range(n):
+        lam, p = table[j, 0], table[j, 3]
+        if isinstance(pen, mg.L1):
+            want_h += lam * np.abs(x[j])
+        elif isinstance(pen, mg.L0):
+            want_h += lam * (x[j] != 0)
+        elif isinstance(pen, mg.Lp):
+            want_h += lam * np.abs(x[j]) ** p
+    want_f = 0.5 * np.sum(x * (a @ x), axis=0) + np.sum(r * x, axis=0) + want_h
+    np.testing.assert_allclose(hsum, want_h, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(fun, want_f, rtol=1e-12, atol=1e-12)
+    _, stats_ref = _reference_sweep(pen, a, r, x, omega, 0.05, lb, ub)
+    tol = 1e-6 if isinstance(pen, mg.Lp) else 1e-10
+    np.testing.assert_allclose(stats, stats_ref, rtol=tol, atol=tol)
+
+
+def test_tiled_sweep_touches_only_its_column_range():
+    n, m = N_ROWS, 3 * cpu_tiles.tile_columns(8)
+    a, r, x = _problem(n, m, seed=8)
+    pen = mg.L1(0.1)
+    state = _start(pen, a, r, x, 1.0, 0.01)
+    afold, b_diag, table = state._afold, state._b_diag, state._table
+    c0, c1 = 3, m - 4  # neither on a tile boundary
+    y = x.copy()
+    stats = np.full((4, m), 7.0)
+    cpu_tiles.sweep_tiles(afold, b_diag, pen.code, table, r, y, c0, c1, stats, stats, False)
+    lb, ub = _bounds(pen, n)
+    z_ref, stats_ref = _reference_sweep(pen, a, r[:, c0:c1], x[:, c0:c1], 1.0, 0.01, lb, ub)
+    np.testing.assert_allclose(y[:, c0:c1], z_ref, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(y[:, :c0], x[:, :c0])
+    np.testing.assert_array_equal(y[:, c1:], x[:, c1:])
+    np.testing.assert_allclose(stats[:, c0:c1], stats_ref, rtol=1e-10, atol=1e-12)
+    assert np.all(stats[:, :c0] == 7.0) and np.all(stats[:, c1:] == 7.0)
+    state.close()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("tiles", [True, False])
+def test_solve_reaches_scipy_nnls_with_and_without_tiles(tiles, dtype, monkeypatch):
+    monkeypatch.setattr(cpu_tiles, "use_tiles", lambda n, itemsize: tiles)
+    rng = np.random.default_rng(1)
+    c = rng.normal(size=(60, 40))
+    b = rng.normal(size=(60, 70))
+    a, r = c.T @ c, -c.T @ b
+    res = mg.solve(a.astype(dtype), r.astype(dtype), mg.NonNeg())
+    want = np.stack([scipy.optimize.nnls(c, b[:, k])[0] for k in range(b.shape[1])], axis=1)
+    assert res.converged
+    tol = 1e-8 if dtype == np.float64 else 1e-4
+    np.testing.assert_allclose(res.x, want, atol=tol * np.abs(want).max())
+
+
+def test_use_tiles_where_measured(monkeypatch):
+    monkeypatch.setattr(cpu_tiles, "HOST_AVX512", True)
+    assert not cpu_tiles.use_tiles(cpu_tiles.TILE_MIN_ROWS - 1, 8)
+    assert cpu_tiles.use_tiles(cpu_tiles.TILE_MIN_ROWS, 8)
+    assert cpu_tiles.use_tiles(1024, 8) and not cpu_tiles.use_tiles(1025, 8)
+    assert cpu_tiles.use_tiles(2048, 4) and not cpu_tiles.use_tiles(2049, 4)
+    monkeypatch.setattr(cpu_tiles, "HOST_AVX512", False)
+    assert not cpu_tiles.use_tiles(200, 8)
+
+
+def test_state_sweeps_tiles_by_default_where_they_pay(monkeypatch):
+    a, r, x = _problem(40, 20, seed=2)
+    for host in (True, False):
+        monkeypatch.setattr(cpu_tiles, "HOST_AVX512", host)
+        state = _start(mg.NonNeg(), a, r, x, tiles=None)
+        assert state._tiles is host
+        assert state._panel == (cpu_tiles.TILE_ROWS if host else 64)
+        state.close()
+
+
+@pytest.mark.parametrize("n_cols", [1, 31, 32, 100, 1000, 1001])
+@pytest.mark.parametrize("align", [1, 16, 32])
+def test_aligned_ranges_cover_every_column_on_tile_boundaries(n_cols, align):
+    ranges = cpu.column_ranges(n_cols, 2, 200, 8, align)
+    assert ranges[0][0] == 0 and ranges[-1][1] == n_cols
+    assert all(c1 > c0 for c0, c1 in ranges)
+    assert all(prev[1] == nxt[0] for prev, nxt in zip(ranges, ranges[1:], strict=False))
+    assert all(c0 % align == 0 for c0, _ in ranges)
+
+
+@njit
+def _vector_ops(a, b, c, out):
+    va, vb, vc = simd.vload(a, 0, 0), simd.vload(b, 0, 0), simd.vload(c, 0, 0)
+    simd.vstore(out, 0, 0, simd.vfma(va, vb, vc))
+    simd.vstore(out, 1, 0, simd.vadd(va, vb))
+    simd.vstore(out, 2, 0, simd.vsub(va, vb))
+    simd.vstore(out, 3, 0, simd.vmul(va, vb))
+    simd.vstore(out, 4, 0, simd.vdiv(va, vb))
+    simd.vstore(out, 5, 0, simd.vmax(va, vb))
+    simd.vstore(out, 6, 0, simd.vmin(va, vb))
+    simd.vstore(out, 7, 0, simd.vabs(va))
+    simd.vstore(out, 8, 0, simd.vselect_lt(va, vb, vc, simd.vzero(a)))
+    simd.vstore(out, 9, 0, simd.vsplat(a, a[1, 2]))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_simd_vectors_compute_what_numpy_does(dtype):
+    lanes = simd.VEC_BYTES // np.dtype(dtype).itemsize
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.normal(size=(2, lanes + 3)).astype(dtype) for _ in range(3))
+    out = np.full((10, lanes + 3), 99.0, dtype=dtype)
+    _vector_ops(a, b, c, out)
+    va, vb, vc = a[0, :lanes], b[0, :lanes], c[0, :lanes]
+    rtol = 1e-15 if dtype == np.float64 else 1e-6
+    np.testing.assert_allclose(out[0, :lanes], va * vb + vc, rtol=rtol, atol=rtol)
+    np.testing.assert_array_equal(out[1:4, :lanes], [va + vb, va - vb, va * vb])
+    np.testing.assert_array_equal(out[4, :lanes], va / vb)
+    np.testing.assert_array_equal(out[5, :lanes], np.maximum(va, vb))
+    np.testing.assert_array_equal(out[6, :lanes], np.minimum(va, vb))
+    np.testing.assert_array_equal(out[7, :lanes], abs(va))
+    np.testing.assert_array_equal(out[8, :lanes], np.where(va < vb, vc, 0))
+    np.testing.assert_array_equal(out[9, :lanes], np.full(lanes, a[1, 2]))
+    assert np.all(out[:, lanes:] == 99.0)  # a vector writes its lanes only
