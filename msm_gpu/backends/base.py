@@ -37,6 +37,19 @@ def fold_matrix(a, c_diag, panel):
     rows = xp.arange(n)
     if panel >= n:
         folded = xp.triu(a, k=1)
+    elif xp is np:
+        # every whole diagonal block at once through a strided view (a loop of triu per
+        # block cost 0.1 ms at n = 200 with the tiled sweep's 8-row panels)
+        folded = np.array(a, order="C", copy=True)
+        whole = n // panel
+        row, col = folded.strides
+        blocks = np.lib.stride_tricks.as_strided(
+            folded, shape=(whole, panel, panel), strides=(panel * (row + col), row, col)
+        )
+        lower = np.tril_indices(panel, -1)
+        blocks[:, lower[0], lower[1]] = 0
+        p0 = whole * panel
+        folded[p0:, p0:] = np.triu(folded[p0:, p0:], k=1)
     else:
         folded = xp.asarray(a, copy=True)
         for p0 in range(0, n, panel):
