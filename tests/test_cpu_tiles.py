@@ -118,7 +118,7 @@ def test_tiled_sweep_touches_only_its_column_range():
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("tiles", [True, False])
 def test_solve_reaches_scipy_nnls_with_and_without_tiles(tiles, dtype, monkeypatch):
-    monkeypatch.setattr(cpu_tiles, "use_tiles", lambda n, itemsize: tiles)
+    monkeypatch.setattr(cpu_tiles, "use_tiles", lambda n: tiles)
     rng = np.random.default_rng(1)
     c = rng.normal(size=(60, 40))
     b = rng.normal(size=(60, 70))
@@ -132,12 +132,12 @@ def test_solve_reaches_scipy_nnls_with_and_without_tiles(tiles, dtype, monkeypat
 
 def test_use_tiles_where_measured(monkeypatch):
     monkeypatch.setattr(cpu_tiles, "HOST_AVX512", True)
-    assert not cpu_tiles.use_tiles(cpu_tiles.TILE_MIN_ROWS - 1, 8)
-    assert cpu_tiles.use_tiles(cpu_tiles.TILE_MIN_ROWS, 8)
-    assert cpu_tiles.use_tiles(1024, 8) and not cpu_tiles.use_tiles(1025, 8)
-    assert cpu_tiles.use_tiles(2048, 4) and not cpu_tiles.use_tiles(2049, 4)
+    assert not cpu_tiles.use_tiles(cpu_tiles.TILE_MIN_ROWS - 1)
+    assert cpu_tiles.use_tiles(cpu_tiles.TILE_MIN_ROWS)
+    assert cpu_tiles.use_tiles(cpu_tiles.TILE_MAX_ROWS)
+    assert not cpu_tiles.use_tiles(cpu_tiles.TILE_MAX_ROWS + 1)
     monkeypatch.setattr(cpu_tiles, "HOST_AVX512", False)
-    assert not cpu_tiles.use_tiles(200, 8)
+    assert not cpu_tiles.use_tiles(200)
 
 
 def test_state_sweeps_tiles_by_default_where_they_pay(monkeypatch):

@@ -294,7 +294,7 @@ class CpuBackend(Backend):
         runs (``tiles``: None chooses by ``cpu_tiles.use_tiles``; True/False force it)."""
         check_penalty_code(code)
         if tiles is None:
-            tiles = _tiles.use_tiles(a.shape[0], a.dtype.itemsize)
+            tiles = _tiles.use_tiles(a.shape[0])
         if tiles:
             panel = _tiles.TILE_ROWS
         afold = np.ascontiguousarray(fold_matrix(a, splitting.c_diag, panel))

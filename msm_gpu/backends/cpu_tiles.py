@@ -45,13 +45,14 @@ from .simd import (
 
 #: Rows of a panel (and of the register tile).
 TILE_ROWS = 8
-#: Fewest rows n for the tiled sweep, and the longest row of A in bytes: A is read once
-#: per tile of columns, from L2 or L3.  One thread, sweep / GEMM (OpenBLAS as set up
-#: here), old BLAS panels vs tiles: n = 16 f64 2.7 vs 3.1 (f32 3.9 vs 3.7); n = 32 2.5 vs
-#: 2.2; n = 200 1.5 vs 0.83; n = 1000 1.26 vs 0.97 (f32 1.30 vs 0.80); n = 1500 f64 1.19
-#: vs 1.34, f32 1.24 vs 0.84; n = 2048 f32 1.22 vs 0.78.
+#: Rows n where the tiled sweep runs: A is read once per tile of columns, from L2 or L3.
+#: One thread, sweep / GEMM, BLAS panels vs tiles, with OpenBLAS on its Haswell kernels
+#: (as this project's VMs set it) and on its own AVX-512 ones: n = 16 f64 2.7 vs 3.1;
+#: n = 32 2.5 vs 2.2; n = 200 1.5 vs 0.83 and 1.52 vs 1.39 (f32 1.8 vs 0.89, 2.0 vs
+#: 1.5); n = 512 1.27 vs 0.67 and 1.31 vs 1.12; n = 1000 1.26 vs 0.97 but 1.21 vs 1.61
+#: with OpenBLAS's AVX-512 kernels (f32 1.41 vs 1.77): above 512 the BLAS panels.
 TILE_MIN_ROWS = 32
-TILE_MAX_ROW_BYTES = 8192
+TILE_MAX_ROWS = 512
 
 
 def tile_columns(itemsize: int) -> int:
@@ -59,11 +60,11 @@ def tile_columns(itemsize: int) -> int:
     return 2 * VEC_BYTES // int(itemsize)
 
 
-def use_tiles(n: int, itemsize: int) -> bool:
-    """True where the tiled sweep was measured faster than the BLAS panels: an AVX-512
-    host, TILE_MIN_ROWS <= n and n * itemsize <= TILE_MAX_ROW_BYTES (float64 n <= 1024,
-    float32 n <= 2048)."""
-    return HOST_AVX512 and TILE_MIN_ROWS <= n and n * int(itemsize) <= TILE_MAX_ROW_BYTES
+def use_tiles(n: int) -> bool:
+    """True where the tiled sweep was measured faster than the BLAS panels whichever
+    OpenBLAS kernels run: an AVX-512 host and TILE_MIN_ROWS <= n <= TILE_MAX_ROWS
+    (float64 and float32 alike)."""
+    return HOST_AVX512 and TILE_MIN_ROWS <= n <= TILE_MAX_ROWS
 
 
 @njit(inline="always")
