@@ -193,3 +193,16 @@ def test_simd_vectors_compute_what_numpy_does(dtype):
     np.testing.assert_array_equal(out[8, :lanes], np.where(va < vb, vc, 0))
     np.testing.assert_array_equal(out[9, :lanes], np.full(lanes, a[1, 2]))
     assert np.all(out[:, lanes:] == 99.0)  # a vector writes its lanes only
+
+
+def test_simd_vectors_refuse_arrays_whose_rows_are_not_contiguous():
+    import numba
+
+    @njit
+    def load(a):
+        return simd.vload(a, 0, 0)
+
+    with pytest.raises((TypeError, numba.core.errors.TypingError), match="C-ordered 2-D"):
+        load(np.zeros((4, 32))[:, ::2])
+    with pytest.raises((TypeError, numba.core.errors.TypingError), match="C-ordered 2-D"):
+        load(np.asfortranarray(np.zeros((4, 32))))

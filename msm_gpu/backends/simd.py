@@ -66,9 +66,16 @@ def _entry_pointer(context, builder, arrty, arr, i, j, ity, jty):
     )
 
 
+def _check_rows(arr):
+    """Vectors read and write ``lanes`` neighbours in a row: C-ordered 2-D arrays only."""
+    if not (isinstance(arr, types.Array) and arr.ndim == 2 and arr.layout == "C"):
+        raise TypeError(f"vector loads and stores need a C-ordered 2-D array, got {arr}")
+
+
 @intrinsic
 def vload(typingctx, arr, i, j):
-    """The vector ``arr[i, j : j + lanes]`` (2-D array, entries contiguous in a row)."""
+    """The vector ``arr[i, j : j + lanes]`` (C-ordered 2-D array; no bounds check)."""
+    _check_rows(arr)
     vec = Vec(arr.dtype)
 
     def codegen(context, builder, sig, args):
@@ -81,7 +88,8 @@ def vload(typingctx, arr, i, j):
 
 @intrinsic
 def vstore(typingctx, arr, i, j, v):
-    """``arr[i, j : j + lanes] = v``."""
+    """``arr[i, j : j + lanes] = v`` (C-ordered 2-D array; no bounds check)."""
+    _check_rows(arr)
 
     def codegen(context, builder, sig, args):
         ptr = _entry_pointer(context, builder, sig.args[0], args[0], args[1], args[2], i, j)
