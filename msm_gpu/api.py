@@ -94,8 +94,9 @@ def solve(
         ``callback(info)`` after each iteration with an :class:`IterationInfo`
         (x, fun, n_iter, n_active); returning True or raising StopIteration stops.
     panel : int, optional
-        Rows per panel of the blocked sweep (default chosen from n).  Changes only the
-        rounding of the result, not the iterates.
+        Rows per panel of the BLAS-blocked sweep (default chosen from n).  Changes only
+        the rounding of the result, not the iterates.  Not used where the CPU sweeps in
+        register tiles (AVX-512 hosts, 32 <= n <= 512: panels of 8 rows).
     check_convergence : bool
         Refuse (omega, theta) for which the paper's theorem does not guarantee
         convergence (delta <= 0, see ``splitting.convergence_delta``), and an A that
