@@ -89,6 +89,8 @@ class CpuSweepState(SweepState):
         self._table = table
         self._panel = int(panel)
         self._tiles = bool(tiles)
+        # range boundaries of a sweep: whole tiles for the tiled sweep
+        self._align = _tiles.tile_columns(afold.dtype.itemsize) if self._tiles else 1
         self._r_full = np.ascontiguousarray(r, dtype=afold.dtype)  # read only
         # a handed-over x0 is swept in place when its layout allows (a fresh n x r array
         # costs page faults: at 200 x 1000 about half a GEMM)
@@ -138,10 +140,6 @@ class CpuSweepState(SweepState):
         else:
             run_ranges(lambda i: fn(*bounds[i]), len(bounds), threads)
 
-    def _align(self):
-        """Range boundaries of a sweep: whole tiles for the tiled sweep."""
-        return _tiles.tile_columns(self._afold.dtype.itemsize) if self._tiles else 1
-
     def sweep(self):
         afold, b_diag, code, table = self._afold, self._b_diag, self._code, self._table
         r, y, panel, stats = self._rc, self._y, self._panel, self._stats
@@ -157,7 +155,7 @@ class CpuSweepState(SweepState):
                 _kernels.sweep_columns(afold, b_diag, code, table, r, y, c0, c1, panel, stats)
 
         n, m = y.shape
-        self._run(one, m, 2.0 * n * n * m, self._align())
+        self._run(one, m, 2.0 * n * n * m, self._align)
         return stats.copy()
 
     def sweep_with_objective(self):
@@ -185,7 +183,7 @@ class CpuSweepState(SweepState):
                 )
 
         n, m = y.shape
-        self._run(one, m, 2.0 * n * n * m, self._align())
+        self._run(one, m, 2.0 * n * n * m, self._align)
         return (terms[0], terms[1]), stats.copy()
 
     def _zero_and_feasible(self, x):

@@ -202,12 +202,9 @@ def _start_objective_rows(code, params, afold, b_diag, r, y, work, p0, p1, c0, n
         _add_objective_row(code, wrow, 1.0, half_bc, xrow, rrow, lam, lb, ub, pexp, fsum, hsum)
 
 
-@njit(nogil=True)
-def _sweep(afold, b_diag, code, params, r, y, c0, c1, panel, stats, f0, with_f0):
-    if code != CODE_BOX and code != CODE_L1 and code != CODE_L0 and code != CODE_LP:
-        raise ValueError("unknown penalty code (see penalties.PENALTY_CODES)")
-    n = y.shape[0]
-    nc = c1 - c0
+@njit(inline="always")
+def zero_outputs(stats, f0, c0, c1, with_f0):
+    """Zero the columns c0..c1-1 of a sweep's ``stats`` (and ``f0`` with ``with_f0``)."""
     for s in range(4):
         for col in range(c0, c1):
             stats[s, col] = 0.0
@@ -215,6 +212,15 @@ def _sweep(afold, b_diag, code, params, r, y, c0, c1, panel, stats, f0, with_f0)
         for s in range(2):
             for col in range(c0, c1):
                 f0[s, col] = 0.0
+
+
+@njit(nogil=True)
+def _sweep(afold, b_diag, code, params, r, y, c0, c1, panel, stats, f0, with_f0):
+    if code != CODE_BOX and code != CODE_L1 and code != CODE_L0 and code != CODE_LP:
+        raise ValueError("unknown penalty code (see penalties.PENALTY_CODES)")
+    n = y.shape[0]
+    nc = c1 - c0
+    zero_outputs(stats, f0, c0, c1, with_f0)
     if nc <= 0:
         return
     ycols = y[:, c0:c1]

@@ -13,9 +13,9 @@ Why: with BLAS panels of 64 rows a sweep at 200 x 1000 cost 1.5 (float64) and 1.
 sub-panel GEMMs, operand packing in every call and ~100 ns of per-row overhead.  Panels
 of 8 rows waste 2% of the flops, and the product alone runs in 0.48 of NumPy's GEMM on
 this project's AVX-512 VMs, whose environment pins OpenBLAS to its Haswell (AVX2) kernels
-(OPENBLAS_CORETYPE); against OpenBLAS's own AVX-512 kernels 0.85 (float64) and 0.96
-(float32).  Used where measured faster (:func:`use_tiles`); otherwise the BLAS panels of
-``cpu_kernels``.
+(OPENBLAS_CORETYPE); the same 8 x 2 kernel timed alone against OpenBLAS's own AVX-512
+kernels: 0.85 (float64) and 0.96 (float32).  Used where measured faster
+(:func:`use_tiles`); otherwise the BLAS panels of ``cpu_kernels``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..penalties import CODE_BOX, CODE_L0, CODE_L1
-from .cpu_kernels import _start_objective_rows, _sweep, prox_scalar
+from .cpu_kernels import _start_objective_rows, _sweep, prox_scalar, zero_outputs
 from .jit import njit
 from .simd import (
     HOST_AVX512,
@@ -156,7 +156,7 @@ def _solve_panel(code, afold, b_diag, params, r, y, work, wc, p0, rows, t0, stat
     with 0 feasible are solved in vectors with ``_solve_row``'s formulas, the other
     penalties lane by lane through ``prox_scalar``.  The statistics are summed over the
     panel in the iterate's dtype, then added to the float64 totals; ``buf`` is a (4, W)
-    scratch.  (Right-looking updates with the 8 rows kept in registers measured 5-10%
+    scratch.  (Right-looking updates with the 8 rows kept in registers measured 3-11%
     slower.)"""
     L = VEC_BYTES // y.itemsize
     W = 2 * L
@@ -247,13 +247,7 @@ def sweep_tiles(afold, b_diag, code, params, r, y, c0, c1, stats, f0, with_f0):
     sweep with the same panels."""
     n = y.shape[0]
     W = 2 * (VEC_BYTES // y.itemsize)
-    for s in range(4):
-        for col in range(c0, c1):
-            stats[s, col] = 0.0
-    if with_f0:
-        for s in range(2):
-            for col in range(c0, c1):
-                f0[s, col] = 0.0
+    zero_outputs(stats, f0, c0, c1, with_f0)
     t_end = c0 + (c1 - c0) // W * W
     buf = np.empty((4, W), dtype=y.dtype)  # scratch of _solve_panel
     if with_f0:

@@ -2,7 +2,7 @@
 
 LLVM does not keep a GEMM-style register tile (rows x columns of accumulators) in
 registers when the kernel is written with arrays and loops: measured at 200 x 200 x 960
-on one core, 2.4-4x slower than OpenBLAS.  With an explicit vector type whose values are
+on one core, 2.4-5.8x slower than OpenBLAS.  With an explicit vector type whose values are
 SSA registers, the same tile written out by hand compiles to the FMA loop a BLAS
 micro-kernel has (``cpu_tiles.py``).
 
@@ -130,17 +130,23 @@ def _check_vectors(*args):
         raise TypeError("vector operations take vectors of one dtype")
 
 
+def _call_llvm(builder, name, args):
+    """Call the LLVM vector intrinsic ``llvm.<name>.v<lanes>f<bits>`` on ``args``."""
+    vty = args[0].type
+    suffix = f"v{vty.count}{'f64' if vty.element == ir.DoubleType() else 'f32'}"
+    fnty = ir.FunctionType(vty, [vty] * len(args))
+    return builder.call(
+        cgutils.get_or_insert_function(builder.module, fnty, f"llvm.{name}.{suffix}"), args
+    )
+
+
 @intrinsic
 def vfma(typingctx, a, b, c):
     """``a * b + c``, one rounding (llvm.fma)."""
     _check_vectors(a, b, c)
 
     def codegen(context, builder, sig, args):
-        vty = args[0].type
-        suffix = f"v{vty.count}{'f64' if vty.element == ir.DoubleType() else 'f32'}"
-        fnty = ir.FunctionType(vty, [vty, vty, vty])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, f"llvm.fma.{suffix}")
-        return builder.call(fn, args)
+        return _call_llvm(builder, "fma", args)
 
     return a(a, b, c), codegen
 
@@ -174,26 +180,23 @@ def vselect_lt(typingctx, a, b, x, y):
     return x(a, b, x, y), codegen
 
 
-@intrinsic
-def vmax(typingctx, a, b):
-    """Lane-wise ``max(a, b)`` as Python's: ``b`` where ``b > a``, else ``a``."""
-    _check_vectors(a, b)
+def _pick(op, doc):
+    """Lane-wise ``b if b <op> a else a``: Python's ``max`` (op ">") or ``min`` (op "<")."""
 
-    def codegen(context, builder, sig, args):
-        return builder.select(builder.fcmp_ordered(">", args[1], args[0]), args[1], args[0])
+    def typer(typingctx, a, b):
+        _check_vectors(a, b)
 
-    return a(a, b), codegen
+        def codegen(context, builder, sig, args):
+            return builder.select(builder.fcmp_ordered(op, args[1], args[0]), args[1], args[0])
+
+        return a(a, b), codegen
+
+    typer.__doc__ = doc
+    return intrinsic(typer)
 
 
-@intrinsic
-def vmin(typingctx, a, b):
-    """Lane-wise ``min(a, b)`` as Python's: ``b`` where ``b < a``, else ``a``."""
-    _check_vectors(a, b)
-
-    def codegen(context, builder, sig, args):
-        return builder.select(builder.fcmp_ordered("<", args[1], args[0]), args[1], args[0])
-
-    return a(a, b), codegen
+vmax = _pick(">", "Lane-wise ``max(a, b)`` as Python's: ``b`` where ``b > a``, else ``a``.")
+vmin = _pick("<", "Lane-wise ``min(a, b)`` as Python's: ``b`` where ``b < a``, else ``a``.")
 
 
 @intrinsic
@@ -202,11 +205,6 @@ def vabs(typingctx, a):
     _check_vectors(a)
 
     def codegen(context, builder, sig, args):
-        vty = args[0].type
-        suffix = f"v{vty.count}{'f64' if vty.element == ir.DoubleType() else 'f32'}"
-        fn = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(vty, [vty]), f"llvm.fabs.{suffix}"
-        )
-        return builder.call(fn, args)
+        return _call_llvm(builder, "fabs", args)
 
     return a(a), codegen
