@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import scipy.optimize
 from numba import njit
-from test_mutants_cpu_kernels import PENALTIES, _bounds, _problem, _reference_sweep
+from test_mutants_cpu_kernels import PENALTIES, _bounds, _h, _problem, _reference_sweep
 
 import msm_gpu as mg
 from msm_gpu.backends import cpu, cpu_tiles, simd
@@ -93,6 +93,29 @@ def test_first_sweep_objective_is_f_of_the_start(pen):
     _, stats_ref = _reference_sweep(pen, a, r, x, omega, 0.05, lb, ub)
     tol = 1e-6 if isinstance(pen, mg.Lp) else 1e-10
     np.testing.assert_allclose(stats, stats_ref, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("pen", PENALTIES, ids=repr)
+def test_iterate_narrower_than_a_tile_is_swept_as_a_padded_tile(pen):
+    # 3 columns: no whole tile, only the zero-padded one (whose padding columns, at 0,
+    # are outside dom h for an L0 with 0 infeasible: they must not leak into the outputs)
+    n, m = N_ROWS, 3
+    a, r, x = _problem(n, m, seed=11)
+    x = np.abs(x)  # inside every domain but the L0 boxes below 0
+    omega, theta = (1.2, 0.05) if pen.is_convex else (0.8, 0.05)
+    lb, ub = _bounds(pen, n)
+    x = np.clip(x, lb[:, None], ub[:, None])
+    z_ref, stats_ref = _reference_sweep(pen, a, r, x, omega, theta, lb, ub)
+    state = _start(pen, a, r, x, omega, theta)
+    (fun, _), stats = state.sweep_with_objective()
+    z = state.current_x()
+    state.close()
+    tol = 1e-6 if isinstance(pen, mg.Lp) else 1e-10
+    np.testing.assert_allclose(z, z_ref, rtol=tol, atol=tol)
+    np.testing.assert_allclose(stats, stats_ref, rtol=tol, atol=tol)
+    want_h = [sum(_h(pen, x[j, c], lb[j], ub[j]) for j in range(n)) for c in range(m)]
+    want_f = 0.5 * np.sum(x * (a @ x), axis=0) + np.sum(r * x, axis=0) + want_h
+    np.testing.assert_allclose(fun, want_f, rtol=1e-10, atol=1e-10)
 
 
 def test_tiled_sweep_touches_only_its_column_range():
