@@ -144,19 +144,16 @@ def check_psd(a, name="A", *, input_dtype=np.float64, scale_exponent=0):
     """
     mod = module_of(a)
     n = a.shape[0]
-    h = mod.asarray(a, dtype=mod.float64)
-    d = mod.diagonal(h).copy()
-    s = mod.sqrt(mod.where(d > 0, d, mod.ones_like(d)))
-    h = h / s[:, None] / s[None, :]
+    # Fortran order: LAPACK factors it in place (a is symmetric: the same matrix)
+    h = mod.array(a, dtype=mod.float64, order="F", copy=True)
+    d = mod.diagonal(h)
+    inv_s = 1.0 / mod.sqrt(mod.where(d > 0, d, mod.ones_like(d)))
+    h *= inv_s[:, None]
+    h *= inv_s[None, :]
     u = np.finfo(np.float32 if np.dtype(input_dtype) == np.float32 else np.float64).eps / 2
     eps = 10.0 * n * u
     h[mod.arange(n), mod.arange(n)] += eps
-    try:
-        factor = mod.linalg.cholesky(h)
-        ok = bool(mod.isfinite(factor).all())  # CuPy returns NaN instead of raising
-    except np.linalg.LinAlgError:
-        ok = False
-    if ok:
+    if _cholesky_succeeds(mod, h):
         return
     evals = to_host(mod.linalg.eigvalsh(mod.asarray(a, dtype=mod.float64)))
     low, high = (float(np.ldexp(e, scale_exponent)) for e in (evals[0], evals[-1]))
@@ -166,6 +163,22 @@ def check_psd(a, name="A", *, input_dtype=np.float64, scale_exponent=0):
         "MSM needs a symmetric positive semidefinite A (pass check_convergence=False to "
         "skip this test and run anyway)"
     )
+
+
+def _cholesky_succeeds(mod, h):
+    """True when the Cholesky factorization of the symmetric float64 ``h`` (Fortran order,
+    overwritten) succeeds.  NumPy: SciPy's LAPACK ``dpotrf`` in place (NumPy's own
+    ``cholesky`` took 1.2x as long at n = 200 and 2.8x at n = 400)."""
+    if mod is np:
+        from scipy.linalg import lapack
+
+        _, info = lapack.dpotrf(h, lower=1, clean=0, overwrite_a=1)
+        return info == 0
+    try:
+        factor = mod.linalg.cholesky(h)
+    except np.linalg.LinAlgError:
+        return False
+    return bool(mod.isfinite(factor).all())  # CuPy returns NaN instead of raising
 
 
 def check_rhs(r, n, name="R"):
