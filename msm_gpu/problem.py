@@ -236,7 +236,7 @@ def _finish(be, a, r, x0, dtype, penalty, scaling, user_like, psd_known) -> Prob
     trace = float(xp.sum(xp.astype(xp.diagonal(a), xp.float64)))
     r_norms = _column_norms(xp, r)
     x_floor = r_norms / trace if trace > 0 else r_norms.copy()
-    if x0 is not None:
+    if x0 is not None and not r_norms.all():  # x0's norms only where a column of R is 0
         x0_norms = _column_norms(xp, x0)
         x_floor = np.where(r_norms > 0, x_floor, x0_norms)
     penalty = scaled_penalty(penalty, scaling.x_exp, scaling.f_exp)
