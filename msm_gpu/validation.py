@@ -144,7 +144,7 @@ def check_psd(a, name="A", *, input_dtype=np.float64, scale_exponent=0):
     """
     mod = module_of(a)
     n = a.shape[0]
-    # Fortran order: LAPACK factors it in place (a is symmetric: the same matrix)
+    # Fortran order: LAPACK's dpotrf factors it in place, without a copy of its own
     h = mod.array(a, dtype=mod.float64, order="F", copy=True)
     d = mod.diagonal(h)
     inv_s = 1.0 / mod.sqrt(mod.where(d > 0, d, mod.ones_like(d)))
