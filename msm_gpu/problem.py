@@ -103,12 +103,12 @@ def prepare_solve(
     else:
         A = v.check_square_symmetric(A, "A")
     n = A.shape[0]
-    R = v.check_rhs(R, n, "R")
+    R, r_stats = v.check_rhs_with_stats(R, n, "R")
     x0 = v.check_x0(x0, R.shape)
     be = get_backend(backend, A, R, x0)
     dtype = v.working_dtype(A, R, x0)
     e_a = exponent_of(max_abs(A))
-    r_max = max_abs(R)
+    r_max = max_abs(R) if r_stats is None else r_stats[0]
     e_r = exponent_of(r_max) if r_max > 0 else e_a
     scaling = Scaling(x_exp=e_r - e_a, f_exp=2 * e_r - e_a)
     _check_range(scaling, dtype, "max |R|^2 / max |A|", "max |R| / max |A|")
@@ -121,7 +121,15 @@ def prepare_solve(
             v.check_psd(a, "A", input_dtype=dtype, scale_exponent=e_a)
         psd_known = True
     r = _scaled_dense_on(be, R, dtype, "R", -e_r)
-    return _finish(be, a, r, x0, dtype, penalty, scaling, _user_like(R), psd_known)
+    r_norms = None
+    if r_stats is not None and (r_max == 0 or SQUARES_SAFE[0] <= r_max <= SQUARES_SAFE[1]):
+        r_norms = np.ldexp(np.sqrt(r_stats[1]), -e_r)  # the norms of r = R 2^-e_r
+    return _finish(be, a, r, x0, dtype, penalty, scaling, _user_like(R), psd_known, r_norms)
+
+
+#: max |R| between which R's column sums of squares in float64 neither under- nor
+#: overflow (else the norms are taken from the rescaled r).
+SQUARES_SAFE = (2.0**-480, 2.0**480)
 
 
 #: |exponent| of max |D| up to which C'D and ||D||^2 are formed from D as given (products
@@ -225,8 +233,9 @@ def _gram_in_float64(be, c, d, d_exp):
     return a, r
 
 
-def _finish(be, a, r, x0, dtype, penalty, scaling, user_like, psd_known) -> Problem:
-    """2-D R and x0 (internal units), the rescaled penalty and the stopping floor."""
+def _finish(be, a, r, x0, dtype, penalty, scaling, user_like, psd_known, r_norms=None) -> Problem:
+    """2-D R and x0 (internal units), the rescaled penalty and the stopping floor
+    (``r_norms``: r's column norms where the caller has them)."""
     xp = be.xp
     one_problem = r.ndim == 1
     if one_problem:
@@ -234,7 +243,8 @@ def _finish(be, a, r, x0, dtype, penalty, scaling, user_like, psd_known) -> Prob
     if x0 is not None:
         x0 = xp.reshape(scaled_dense_copy(be, _densify(x0), dtype, -scaling.x_exp), r.shape)
     trace = float(xp.sum(xp.astype(xp.diagonal(a), xp.float64)))
-    r_norms = _column_norms(xp, r)
+    if r_norms is None:
+        r_norms = _column_norms(xp, r)
     x_floor = r_norms / trace if trace > 0 else r_norms.copy()
     if x0 is not None and not r_norms.all():  # x0's norms only where a column of R is 0
         x0_norms = _column_norms(xp, x0)

@@ -8,6 +8,7 @@ from numbers import Integral, Real
 import numpy as np
 
 from .arrays import is_cupy, is_sparse, module_of, to_host
+from .input_stats import column_stats, psd_test_matrix, symmetry_stats
 from .penalties import Penalty
 
 
@@ -101,10 +102,21 @@ def check_square_symmetric(a, name="A"):
     Returns the array as :func:`check_array` does (array-likes become NumPy arrays;
     sparse matrices stay sparse).
     """
-    a = check_array(a, name, ndims=(2,))
+    a = check_array(a, name, ndims=(2,), check_finite=False)
     n, m = a.shape
+    dense_float = np.dtype(a.dtype).kind == "f" and not is_sparse(a)
     if n != m:
+        if dense_float:
+            check_finite_values(a, name)  # the first complaint, as for any other array
         raise ValueError(f"{name} must be square, got shape {tuple(a.shape)}")
+    stats = symmetry_stats(a)  # one pass for a NumPy float array
+    if stats is not None:
+        finite, scale, asym, low, where = stats
+        check_finite_values(a, name, finite)
+        _check_symmetric_diagonal(name, n, a.dtype, scale, asym, low, where)
+        return a
+    if dense_float:
+        check_finite_values(a, name)
     af = a.astype(np.float64) if np.dtype(a.dtype).kind != "f" else a
     if is_sparse(a):
         scale = float(abs(af).max()) if af.nnz else 0.0
@@ -116,18 +128,24 @@ def check_square_symmetric(a, name="A"):
         scale = float(xp_mod.abs(af).max())
         asym = float(xp_mod.abs(af - af.T).max())
         diag = xp_mod.diagonal(af)
-    eps = np.finfo(np.float32 if np.dtype(a.dtype) == np.float32 else np.float64).eps
+    j = int(module_of(diag).argmin(diag))
+    _check_symmetric_diagonal(name, n, a.dtype, scale, asym, float(diag[j]), j)
+    return a
+
+
+def _check_symmetric_diagonal(name, n, dtype, scale, asym, low, where):
+    """Raise unless max |A - A'| = ``asym`` is rounding for max |A| = ``scale`` and the
+    smallest diagonal entry ``low`` (at ``where``) is >= 0."""
+    eps = np.finfo(np.float32 if np.dtype(dtype) == np.float32 else np.float64).eps
     if asym > 100 * eps * max(scale, 1e-300) * max(1.0, math.sqrt(n)):
         raise ValueError(
             f"{name} must be symmetric: max |{name} - {name}.T| = {asym:.3g} "
             f"(max |{name}| = {scale:.3g})"
         )
-    if bool((diag < 0).any()):
-        j = int(module_of(diag).argmin(diag))
+    if low < 0:
         raise ValueError(
-            f"{name} must be positive semidefinite, but {name}[{j}, {j}] = {float(diag[j]):g} < 0"
+            f"{name} must be positive semidefinite, but {name}[{where}, {where}] = {low:g} < 0"
         )
-    return a
 
 
 def check_psd(a, name="A", *, input_dtype=np.float64, scale_exponent=0):
@@ -144,15 +162,17 @@ def check_psd(a, name="A", *, input_dtype=np.float64, scale_exponent=0):
     """
     mod = module_of(a)
     n = a.shape[0]
-    # Fortran order: LAPACK's dpotrf factors it in place, without a copy of its own
-    h = mod.array(a, dtype=mod.float64, order="F", copy=True)
-    d = mod.diagonal(h)
-    inv_s = 1.0 / mod.sqrt(mod.where(d > 0, d, mod.ones_like(d)))
-    h *= inv_s[:, None]
-    h *= inv_s[None, :]
     u = np.finfo(np.float32 if np.dtype(input_dtype) == np.float32 else np.float64).eps / 2
     eps = 10.0 * n * u
-    h[mod.arange(n), mod.arange(n)] += eps
+    h = psd_test_matrix(a, eps)  # NumPy: one pass, the lower triangle (all dpotrf reads)
+    if h is None:
+        # Fortran order: LAPACK's dpotrf factors it in place, without a copy of its own
+        h = mod.array(a, dtype=mod.float64, order="F", copy=True)
+        d = mod.diagonal(h)
+        inv_s = 1.0 / mod.sqrt(mod.where(d > 0, d, mod.ones_like(d)))
+        h *= inv_s[:, None]
+        h *= inv_s[None, :]
+        h[mod.arange(n), mod.arange(n)] += eps
     if _cholesky_succeeds(mod, h):
         return
     evals = to_host(mod.linalg.eigvalsh(mod.asarray(a, dtype=mod.float64)))
@@ -184,11 +204,28 @@ def _cholesky_succeeds(mod, h):
 def check_rhs(r, n, name="R"):
     """R (or x0) is (n,) for one problem or (n, r) for r problems."""
     r = check_array(r, name)
+    _check_rows(r, n, name)
+    return r
+
+
+def check_rhs_with_stats(r, n, name="R"):
+    """:func:`check_rhs`, and (max |R|, the sum of squares of every column in float64)
+    from the finite test's own pass over a NumPy float R; None for any other R."""
+    r = check_array(r, name, check_finite=False)
+    stats = column_stats(r)
+    if stats is not None:
+        check_finite_values(r, name, stats[0])
+    elif np.dtype(r.dtype).kind == "f" and not is_sparse(r):  # sparse: checked already
+        check_finite_values(r, name)
+    _check_rows(r, n, name)
+    return r, (None if stats is None else stats[1:])
+
+
+def _check_rows(r, n, name):
     if r.shape[0] != n:
         raise ValueError(
             f"{name} must have {n} rows to match A ({n} x {n}), got shape {tuple(r.shape)}"
         )
-    return r
 
 
 def check_x0(x0, r_shape):

@@ -1,0 +1,114 @@
+"""One pass over a NumPy input array for the checks and scales of ``prepare_solve``.
+
+Checked with NumPy, R took three passes (finite test, max |R|, column norms), A's
+symmetry test three (finite, max |A|, max |A - A'| through a temporary) and the PSD
+test's float64 copy four (copy, two scalings, the diagonal shift).  The kernels here do
+each job in one pass with the values of the NumPy code they replace (the same roundings;
+sums of squares in float64).  Every function returns None for what it does not handle
+(CuPy, sparse, integer input); the caller then takes the NumPy path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .backends.jit import njit
+from .scaling import _float_stats
+
+
+def _host_float(x) -> bool:
+    return isinstance(x, np.ndarray) and x.dtype.kind == "f" and x.size > 0
+
+
+def column_stats(x):
+    """(all finite, max |x|, sum of squares of every column in float64) of a NumPy float
+    array, 1-D (one column) or C-contiguous 2-D; None for anything else."""
+    if not _host_float(x):
+        return None
+    if x.ndim == 1:
+        finite, biggest, squares = _float_stats(x)
+        return bool(finite), float(biggest), np.array([squares])
+    if x.ndim != 2 or not x.flags.c_contiguous:
+        return None
+    squares = np.zeros(x.shape[1])
+    finite, biggest = _column_stats(x, squares)
+    return bool(finite), float(biggest), squares
+
+
+@njit(nogil=True, fastmath={"reassoc"})
+def _column_stats(x, squares):
+    n, m = x.shape
+    probe = np.zeros(m)  # sum of x * 0: NaN exactly where a column holds a NaN or an inf
+    biggest = np.zeros(m)
+    for i in range(n):
+        row = x[i]
+        for c in range(m):
+            v = np.float64(row[c])
+            squares[c] += v * v
+            probe[c] += v * 0.0
+            av = abs(v)
+            biggest[c] = av if av > biggest[c] else biggest[c]
+    finite = True
+    top = 0.0
+    for c in range(m):
+        finite &= probe[c] == 0.0
+        top = max(top, biggest[c])
+    return finite, top
+
+
+def symmetry_stats(a):
+    """(all finite, max |a|, max |a - a'|, min of the diagonal, where it is) of a square
+    NumPy float array, or None for anything else; ``max |a - a'|`` in a's dtype, as
+    NumPy's ``abs(a - a.T).max()``."""
+    if not _host_float(a) or a.ndim != 2 or a.shape[0] != a.shape[1]:
+        return None
+    finite, scale, asym, low, where = _symmetry_stats(a)
+    return bool(finite), float(scale), float(asym), float(low), int(where)
+
+
+@njit(nogil=True, fastmath={"reassoc"})  # reassociation: parallel max / sum chains
+def _symmetry_stats(a):
+    n = a.shape[0]
+    probe = 0.0  # sum of a_ij * 0: NaN exactly where an entry is a NaN or an inf
+    scale = 0.0
+    asym = abs(a[0, 0] - a[0, 0])  # 0 in a's dtype
+    low = a[0, 0]
+    where = 0
+    for i in range(n):
+        d = a[i, i]
+        probe += np.float64(d) * 0.0
+        scale = max(scale, abs(np.float64(d)))
+        if d < low:
+            low, where = d, i
+        for j in range(i + 1, n):
+            u, w = a[i, j], a[j, i]
+            probe += np.float64(u) * 0.0 + np.float64(w) * 0.0
+            scale = max(scale, max(abs(np.float64(u)), abs(np.float64(w))))
+            asym = max(asym, abs(u - w))
+    return probe == 0.0, scale, asym, low, where
+
+
+def psd_test_matrix(a, eps):
+    """H = S^-1 a S^-1 + eps I in float64, Fortran order, lower triangle only (all that
+    LAPACK's ``dpotrf(lower=1)`` reads), for a symmetric square NumPy float ``a``; S =
+    sqrt(diag a), 1 where the diagonal is not positive.  The entries are those of
+    ``validation.check_psd``'s NumPy code: ``(a_ij / s_i) / s_j``, each a product by
+    ``1 / s``.  None for anything else."""
+    if not _host_float(a) or a.ndim != 2 or a.shape[0] != a.shape[1]:
+        return None
+    return _psd_test_matrix(a, float(eps)).T  # C-order upper = Fortran-order lower
+
+
+@njit(nogil=True)
+def _psd_test_matrix(a, eps):
+    n = a.shape[0]
+    inv_s = np.empty(n)
+    for i in range(n):
+        d = np.float64(a[i, i])
+        inv_s[i] = 1.0 / np.sqrt(d if d > 0 else 1.0)
+    ht = np.empty((n, n))  # ht[j, i] = H[i, j] for i >= j
+    for j in range(n):
+        for i in range(j, n):
+            ht[j, i] = np.float64(a[i, j]) * inv_s[i] * inv_s[j]
+        ht[j, j] += eps
+    return ht
