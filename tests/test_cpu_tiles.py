@@ -68,31 +68,77 @@ def test_float32_tiled_sweep_matches_the_reference_to_float32_rounding(pen):
     np.testing.assert_allclose(stats, stats_ref, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("pen", [mg.NonNeg(), mg.L1(0.2), mg.L0(0.1), mg.Lp(0.1, 0.5)], ids=repr)
-def test_first_sweep_objective_is_f_of_the_start(pen):
-    # sweep_with_objective: F(X0) per column from the sweep's own products, then the sweep
-    n, m = N_ROWS, _columns(np.float64)
-    a, r, x = _problem(n, m, seed=6)
-    x = np.abs(x)  # inside every domain
-    lb, ub = _bounds(pen, n)
-    omega = 1.2 if pen.is_convex else 0.8
-    (fun, hsum), stats = _start(pen, a, r, x, omega).sweep_with_objective()
-    table = pen.table(n)
-    want_h = np.zeros(m)
+def _exact_problem(pen, n, m, dtype, seed):
+    """A, R, X0 whose F(X0) float32 computes exactly where float64 does: A integer, X0 in
+    quarters inside [lb, ub] (lb, ub as the kernels see them, in ``dtype``), R float32
+    values (so x (v + r) needs ~40 bits: float32 sums of the terms would round).  The
+    panel products of X0 are exact in float32 (multiples of 1/4 below 2^13)."""
+    rng = np.random.default_rng(seed)
+    c = rng.integers(-3, 4, size=(n + 3, n)).astype(np.float64)
+    a = c.T @ c
+    r = rng.normal(size=(n, m)).astype(np.float32).astype(np.float64)
+    table = pen.table(n).astype(dtype).astype(np.float64)
+    quarters = np.arange(-8, 9) / 4.0
+    x = np.empty((n, m))
     for j in range(n):
-        lam, p = table[j, 0], table[j, 3]
-        if isinstance(pen, mg.L1):
-            want_h += lam * np.abs(x[j])
-        elif isinstance(pen, mg.L0):
-            want_h += lam * (x[j] != 0)
-        elif isinstance(pen, mg.Lp):
-            want_h += lam * np.abs(x[j]) ** p
-    want_f = 0.5 * np.sum(x * (a @ x), axis=0) + np.sum(r * x, axis=0) + want_h
-    np.testing.assert_allclose(hsum, want_h, rtol=1e-12, atol=1e-12)
+        inside = quarters[(quarters >= table[j, 1]) & (quarters <= table[j, 2])]
+        x[j] = rng.choice(inside, size=m)
+    return a, r, x, table
+
+
+def _start_objective(pen, table, a, r, x):
+    """F(X) and sum_j h(x_j) per column in float64 with NumPy: 1/2 x'Ax + r'x + h(x), h
+    from the penalty table as the kernels read it (inf outside [lb, ub])."""
+    lam, lb, ub, p = (table[:, k : k + 1] for k in range(4))
+    if isinstance(pen, mg.L1):
+        h = lam * np.abs(x)
+    elif isinstance(pen, mg.L0):
+        h = np.where(x != 0.0, lam, 0.0)
+    elif isinstance(pen, mg.Lp):
+        h = lam * np.abs(x) ** p
+    else:
+        h = np.zeros_like(x)
+    h = np.where((x >= lb) & (x <= ub), h, np.inf)
+    hsum = h.sum(axis=0)
+    return 0.5 * np.sum(x * (a @ x), axis=0) + np.sum(r * x, axis=0) + hsum, hsum
+
+
+@pytest.mark.parametrize("tail", [0, 5], ids=["whole-tiles", "padded-tail"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("pen", PENALTIES, ids=repr)
+def test_first_sweep_objective_is_f_of_the_start(pen, dtype, tail):
+    # sweep_with_objective: F(X0) per column from the sweep's own products (float64 sums
+    # of float64 terms, float32 entries widened), then the same sweep as sweep()
+    n, m = N_ROWS, 2 * cpu_tiles.tile_columns(np.dtype(dtype).itemsize) + tail
+    a, r, x, table = _exact_problem(pen, n, m, dtype, seed=6)
+    outside = [1, m - 1]  # one entry outside [lb, ub] in a whole tile and in the last column
+    for col in outside:
+        lb, ub = table[3, 1], table[3, 2]
+        if np.isfinite(lb) or np.isfinite(ub):
+            x[3, col] = (
+                np.floor(4 * lb) / 4 - 0.25 if np.isfinite(lb) else np.ceil(4 * ub) / 4 + 0.25
+            )
+    want_f, want_h = _start_objective(pen, table, a, r, x)
+    assert np.all(np.isinf(want_f[outside])) == bool(np.isfinite(table[3, 1:3]).any())
+    # omega = 1, theta = 1: B_jj = A_jj + 1 and C_jj = -1, exact in float32
+    state = _start(pen, *(v.astype(dtype) for v in (a, r, x)), omega=1.0, theta=1.0)
+    (fun, hsum), stats = state.sweep_with_objective()
+    z = state.current_x()
+    state.close()
+    np.testing.assert_allclose(hsum, want_h, rtol=1e-12, atol=0)
     np.testing.assert_allclose(fun, want_f, rtol=1e-12, atol=1e-12)
-    _, stats_ref = _reference_sweep(pen, a, r, x, omega, 0.05, lb, ub)
-    tol = 1e-6 if isinstance(pen, mg.Lp) else 1e-10
-    np.testing.assert_allclose(stats, stats_ref, rtol=tol, atol=tol)
+    plain = _start(pen, *(v.astype(dtype) for v in (a, r, x)), omega=1.0, theta=1.0)
+    stats_plain = plain.sweep()
+    z_plain = plain.current_x()
+    plain.close()
+    tol = 1e-12 if dtype == np.float64 else 1e-5  # the products summed in another order
+    np.testing.assert_allclose(z, z_plain, rtol=tol, atol=tol)
+    np.testing.assert_allclose(stats, stats_plain, rtol=tol, atol=tol)
+    if dtype == np.float64:
+        z_ref, stats_ref = _reference_sweep(pen, a, r, x, 1.0, 1.0, table[:, 1], table[:, 2])
+        tol = 1e-6 if isinstance(pen, mg.Lp) else 1e-10  # Lp reference: grid search
+        np.testing.assert_allclose(z, z_ref, rtol=tol, atol=tol)
+        np.testing.assert_allclose(stats, stats_ref, rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("pen", PENALTIES, ids=repr)
@@ -216,6 +262,36 @@ def test_simd_vectors_compute_what_numpy_does(dtype):
     np.testing.assert_array_equal(out[8, :lanes], np.where(va < vb, vc, 0))
     np.testing.assert_array_equal(out[9, :lanes], np.full(lanes, a[1, 2]))
     assert np.all(out[:, lanes:] == 99.0)  # a vector writes its lanes only
+
+
+@njit
+def _wide_and_inside(a, low, up, out64, out):
+    simd.vstore(out64, 0, 0, simd.vload_wide(a, 0, 1))
+    va, vlow, vup = simd.vload(a, 1, 0), simd.vload(low, 0, 0), simd.vload(up, 0, 0)
+    simd.vstore(out, 0, 0, simd.vselect_inside(va, vlow, vup, va, simd.vsplat(a, -7.0)))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_simd_widening_load_and_inside_select(dtype):
+    lanes, lanes64 = simd.VEC_BYTES // np.dtype(dtype).itemsize, simd.VEC_BYTES // 8
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=(2, lanes + 3)).astype(dtype)
+    a[0, 1] = np.float32(1 / 3)  # not a float64 value rounded: the widening is exact
+    a[1, :4] = [np.nan, np.inf, 0.0, 0.0]  # NaN, above, and 0 between NaN bounds: outside
+    low = np.full((1, lanes), -0.5, dtype=dtype)
+    up = np.full((1, lanes), 0.5, dtype=dtype)
+    low[0, 2], up[0, 3] = np.nan, np.nan
+    out64 = np.full((1, lanes64 + 2), 99.0)
+    out = np.full((1, lanes + 2), 99.0, dtype=dtype)
+    _wide_and_inside(a, low, up, out64, out)
+    np.testing.assert_array_equal(out64[0, :lanes64], a[0, 1 : 1 + lanes64].astype(np.float64))
+    assert np.all(out64[0, lanes64:] == 99.0)
+    va = a[1, :lanes]
+    with np.errstate(invalid="ignore"):
+        inside = (va >= low[0]) & (va <= up[0])
+    np.testing.assert_array_equal(out[0, :lanes], np.where(inside, va, -7.0))
+    assert np.all(out[0, :4] == -7.0)
+    assert np.all(out[0, lanes:] == 99.0)
 
 
 def test_simd_vectors_refuse_arrays_whose_rows_are_not_contiguous():

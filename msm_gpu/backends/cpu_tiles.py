@@ -8,6 +8,17 @@ one pass over k keeps the 8 x 2 vector accumulators of ``afold[P, :] @ Y[:, tile
 registers (:func:`_product8`), reading Y straight from the iterate (an n x 16 float64
 tile stays in L1 across the panels); then the 8 rows are solved (:func:`_solve_panel`).
 
+F(X) of the iterate before the sweep (``with_f0``, the first sweep of a solve) comes
+from the same products, tile by tile: per panel the product is summed over the old rows
+from p0 on first (that part also stored), whose row j is C_jj x_j + sum_{i>j} A_ji x_i,
+then over the new rows before p0; the panel rows' terms of F are formed from the first
+part in float64 vectors (float32 entries widened, :func:`_objective_panel`) while the
+tile is in L1.  (Panel by panel across all tiles, as ``cpu_kernels`` does it, streamed Y
+from L2/L3 every panel.  One thread at 200 x 1000, over a plain sweep of 0.9-1.0 ms
+float64 and 0.5 ms float32: +0.19-0.28 and +0.08-0.10 ms then, +0.07-0.11 and
++0.04-0.06 now, most of it the objective's own arithmetic: about 0.05 and 0.035 ms
+timed alone, the old code's and this one's alike.)
+
 Why: with BLAS panels of 64 rows a sweep at 200 x 1000 cost 1.5 (float64) and 1.8
 (float32) one-thread GEMMs: the zeroed in-panel triangles (T/2n of the flops), small
 sub-panel GEMMs, operand packing in every call and ~100 ns of per-row overhead.  Panels
@@ -23,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..penalties import CODE_BOX, CODE_L0, CODE_L1
-from .cpu_kernels import _start_objective_rows, prox_scalar, zero_outputs
+from .cpu_kernels import h_scalar, prox_scalar, zero_outputs
 from .jit import njit
 from .simd import (
     HOST_AVX512,
@@ -33,9 +44,11 @@ from .simd import (
     vdiv,
     vfma,
     vload,
+    vload_wide,
     vmax,
     vmin,
     vmul,
+    vselect_inside,
     vselect_lt,
     vsplat,
     vstore,
@@ -68,81 +81,85 @@ def use_tiles(n: int) -> bool:
 
 
 @njit(inline="always")
-def _product8(afold, y, p0, t0, k0, k1, work, wc, accumulate):
-    """``work[0:8, wc:wc+W] (+)= afold[p0:p0+8, k0:k1] @ y[k0:k1, t0:t0+W]`` (W = 2
-    vectors).
+def _product8(afold, y, p0, t0, n, work, old, split):
+    """``work[0:8, 0:W] = afold[p0:p0+8, :] @ y[:, t0:t0+W]`` (W = 2 vectors); with
+    ``split``, summed over k = p0..n-1 first, whose part alone is also stored to ``old``
+    (the old rows' product, for F(X)), then over k = 0..p0-1.
 
-    The 8 x 2 tile of accumulators stays in registers through the loop over k: per k, 2
-    loads of Y, 8 broadcasts of A, 16 FMAs (A read by index: a row view per panel costs
-    its reference counting)."""
+    The 8 x 2 tile of accumulators stays in registers through the loop over k, and from
+    one part of the split to the other: per k, 2 loads of Y, 8 broadcasts of A, 16 FMAs
+    (A read by index: a row view per panel costs its reference counting).  The column
+    index is unsigned: from k = p0, which LLVM cannot prove >= 0, a signed index pays a
+    negative-index wraparound per entry, whose registers spill the tile (the split
+    product ~20% slower).  The split as two passes, the second reloading the first's
+    sums from ``work``, cost 16-18% more than the product in one pass (200 x 1000, one
+    thread); kept in registers, 1-2%."""
     L = VEC_BYTES // y.itemsize
-    if accumulate:
-        s00, s01 = vload(work, 0, wc), vload(work, 0, wc + L)
-        s10, s11 = vload(work, 1, wc), vload(work, 1, wc + L)
-        s20, s21 = vload(work, 2, wc), vload(work, 2, wc + L)
-        s30, s31 = vload(work, 3, wc), vload(work, 3, wc + L)
-        s40, s41 = vload(work, 4, wc), vload(work, 4, wc + L)
-        s50, s51 = vload(work, 5, wc), vload(work, 5, wc + L)
-        s60, s61 = vload(work, 6, wc), vload(work, 6, wc + L)
-        s70, s71 = vload(work, 7, wc), vload(work, 7, wc + L)
-    else:
-        s00 = s01 = s10 = s11 = s20 = s21 = s30 = s31 = vzero(y)
-        s40 = s41 = s50 = s51 = s60 = s61 = s70 = s71 = vzero(y)
-    for k in range(k0, k1):
-        y0 = vload(y, k, t0)
-        y1 = vload(y, k, t0 + L)
-        v = vsplat(y, afold[p0, k])
-        s00, s01 = vfma(v, y0, s00), vfma(v, y1, s01)
-        v = vsplat(y, afold[p0 + 1, k])
-        s10, s11 = vfma(v, y0, s10), vfma(v, y1, s11)
-        v = vsplat(y, afold[p0 + 2, k])
-        s20, s21 = vfma(v, y0, s20), vfma(v, y1, s21)
-        v = vsplat(y, afold[p0 + 3, k])
-        s30, s31 = vfma(v, y0, s30), vfma(v, y1, s31)
-        v = vsplat(y, afold[p0 + 4, k])
-        s40, s41 = vfma(v, y0, s40), vfma(v, y1, s41)
-        v = vsplat(y, afold[p0 + 5, k])
-        s50, s51 = vfma(v, y0, s50), vfma(v, y1, s51)
-        v = vsplat(y, afold[p0 + 6, k])
-        s60, s61 = vfma(v, y0, s60), vfma(v, y1, s61)
-        v = vsplat(y, afold[p0 + 7, k])
-        s70, s71 = vfma(v, y0, s70), vfma(v, y1, s71)
-    vstore(work, 0, wc, s00)
-    vstore(work, 0, wc + L, s01)
-    vstore(work, 1, wc, s10)
-    vstore(work, 1, wc + L, s11)
-    vstore(work, 2, wc, s20)
-    vstore(work, 2, wc + L, s21)
-    vstore(work, 3, wc, s30)
-    vstore(work, 3, wc + L, s31)
-    vstore(work, 4, wc, s40)
-    vstore(work, 4, wc + L, s41)
-    vstore(work, 5, wc, s50)
-    vstore(work, 5, wc + L, s51)
-    vstore(work, 6, wc, s60)
-    vstore(work, 6, wc + L, s61)
-    vstore(work, 7, wc, s70)
-    vstore(work, 7, wc + L, s71)
+    s00 = s01 = s10 = s11 = s20 = s21 = s30 = s31 = vzero(y)
+    s40 = s41 = s50 = s51 = s60 = s61 = s70 = s71 = vzero(y)
+    k0 = p0 if split else 0
+    k1 = n
+    for part in range(2 if split else 1):
+        for k in range(k0, k1):
+            ku = np.uintp(k)
+            y0 = vload(y, k, t0)
+            y1 = vload(y, k, t0 + L)
+            v = vsplat(y, afold[p0, ku])
+            s00, s01 = vfma(v, y0, s00), vfma(v, y1, s01)
+            v = vsplat(y, afold[p0 + 1, ku])
+            s10, s11 = vfma(v, y0, s10), vfma(v, y1, s11)
+            v = vsplat(y, afold[p0 + 2, ku])
+            s20, s21 = vfma(v, y0, s20), vfma(v, y1, s21)
+            v = vsplat(y, afold[p0 + 3, ku])
+            s30, s31 = vfma(v, y0, s30), vfma(v, y1, s31)
+            v = vsplat(y, afold[p0 + 4, ku])
+            s40, s41 = vfma(v, y0, s40), vfma(v, y1, s41)
+            v = vsplat(y, afold[p0 + 5, ku])
+            s50, s51 = vfma(v, y0, s50), vfma(v, y1, s51)
+            v = vsplat(y, afold[p0 + 6, ku])
+            s60, s61 = vfma(v, y0, s60), vfma(v, y1, s61)
+            v = vsplat(y, afold[p0 + 7, ku])
+            s70, s71 = vfma(v, y0, s70), vfma(v, y1, s71)
+        out = old if split and part == 0 else work
+        vstore(out, 0, 0, s00)
+        vstore(out, 0, L, s01)
+        vstore(out, 1, 0, s10)
+        vstore(out, 1, L, s11)
+        vstore(out, 2, 0, s20)
+        vstore(out, 2, L, s21)
+        vstore(out, 3, 0, s30)
+        vstore(out, 3, L, s31)
+        vstore(out, 4, 0, s40)
+        vstore(out, 4, L, s41)
+        vstore(out, 5, 0, s50)
+        vstore(out, 5, L, s51)
+        vstore(out, 6, 0, s60)
+        vstore(out, 6, L, s61)
+        vstore(out, 7, 0, s70)
+        vstore(out, 7, L, s71)
+        k0, k1 = 0, p0
 
 
 @njit(inline="always")
-def _product_rows(afold, y, p0, rows, t0, k0, k1, work, wc, accumulate):
+def _product_rows(afold, y, p0, rows, t0, n, work, old, split):
     """:func:`_product8` for any ``rows`` <= 8 (the last panel: one row at a time)."""
     if rows == TILE_ROWS:
-        _product8(afold, y, p0, t0, k0, k1, work, wc, accumulate)
+        _product8(afold, y, p0, t0, n, work, old, split)
         return
     L = VEC_BYTES // y.itemsize
     for i in range(rows):
-        if accumulate:
-            s0, s1 = vload(work, i, wc), vload(work, i, wc + L)
-        else:
-            s0 = s1 = vzero(y)
-        for k in range(k0, k1):
-            v = vsplat(y, afold[p0 + i, k])
-            s0 = vfma(v, vload(y, k, t0), s0)
-            s1 = vfma(v, vload(y, k, t0 + L), s1)
-        vstore(work, i, wc, s0)
-        vstore(work, i, wc + L, s1)
+        s0 = s1 = vzero(y)
+        k0 = p0 if split else 0
+        k1 = n
+        for part in range(2 if split else 1):
+            for k in range(k0, k1):
+                v = vsplat(y, afold[p0 + i, np.uintp(k)])
+                s0 = vfma(v, vload(y, k, t0), s0)
+                s1 = vfma(v, vload(y, k, t0 + L), s1)
+            out = old if split and part == 0 else work
+            vstore(out, i, 0, s0)
+            vstore(out, i, L, s1)
+            k0, k1 = 0, p0
 
 
 @njit(inline="always")
@@ -238,6 +255,78 @@ def _solve_panel(code, afold, b_diag, params, r, y, work, wc, p0, rows, t0, stat
             stats[s, t0 + col] += buf[s, col]
 
 
+@njit(inline="always")
+def _objective_lanes(code, x, v, r, h_other, row):
+    """(x (v + curv x + r) + h(x), h(x)) lane by lane, for float64 vectors x, v, r and
+    ``row`` = (curv, lam, lb, ub): the terms of
+    ``cpu_kernels._add_objective_row(code, v, 1.0, curv, ...)``, the same operations in
+    the same order.
+
+    h as selects (inf outside [lb, ub] or where x is NaN) for box, l1 and l0; for the
+    other penalties ``h_other``, computed lane by lane by the caller.  (Vectors and
+    scalars only: an array argument of an inlined function that branches on ``code``
+    costs a reference count increment and decrement per call, calls that spill every
+    vector register.)"""
+    curv, lam, lb, ub = row
+    quad = vmul(x, vadd(vadd(v, vmul(vsplat(x, curv), x)), r))
+    inf, zero = vsplat(x, np.inf), vzero(x)
+    low, up = vsplat(x, lb), vsplat(x, ub)
+    if code == CODE_BOX:
+        h = vselect_inside(x, low, up, zero, inf)
+    elif code == CODE_L1:
+        h = vselect_inside(x, low, up, vmul(vsplat(x, lam), vabs(x)), inf)
+    elif code == CODE_L0:
+        h = vselect_inside(x, low, up, vselect_lt(zero, vabs(x), vsplat(x, lam), zero), inf)
+    else:
+        h = h_other
+    return vadd(quad, h), h
+
+
+@njit(inline="always")
+def _objective_piece(code, y, r, old, scratch, jj, j, t0, q, row):
+    """:func:`_objective_lanes` on the q-th float64 vector of lanes of the tile at column
+    t0: x = y[j], v = old[jj], r = r[j] (``scratch[1]``: h for the other penalties)."""
+    w = q * (VEC_BYTES // 8)
+    x, v = vload_wide(y, j, t0 + w), vload_wide(old, jj, w)
+    return _objective_lanes(code, x, v, vload_wide(r, j, t0 + w), vload(scratch, 1, w), row)
+
+
+@njit
+def _objective_panel(code, y, r, params, old, rowc, scratch, p0, rows, t0, sums):
+    """``sums`` (fsum, hsum of the tile's lanes: 4 + 4 float64 vectors, the last 2 + 2
+    unused for float64 tiles) plus the terms of F(X) of the rows p0..p0+rows-1 of the tile
+    at column t0, from ``old[jj]`` = the product of the old rows from p0 on and
+    ``rowc[j]`` = (curv, lam, lb, ub) (float64).
+
+    Called with ``code`` a literal where h is vectorised: Numba compiles a version per
+    code, with the branches on it folded away (branching per vector of lanes cost
+    1.3-1.7x the time of the objective), and LLVM inlines it.  Not ``inline="always"``:
+    Numba's inlining wraps the array arguments in reference counting that the caller's
+    branch on ``code`` keeps from being pruned, atomic calls per panel that spill every
+    vector register (+0.04-0.06 ms per 200 x 1000 sweep)."""
+    L64 = VEC_BYTES // 8
+    W = 2 * (VEC_BYTES // y.itemsize)
+    fs0, fs1, fs2, fs3, hs0, hs1, hs2, hs3 = sums
+    for jj in range(rows):
+        j = p0 + jj
+        row = (rowc[j, 0], rowc[j, 1], rowc[j, 2], rowc[j, 3])
+        if code != CODE_BOX and code != CODE_L1 and code != CODE_L0:
+            pexp = np.float64(params[j, 3])
+            for col in range(W):
+                xv = np.float64(y[j, t0 + col])
+                scratch[1, col] = h_scalar(code, xv, row[1], row[2], row[3], pexp)
+        f, h = _objective_piece(code, y, r, old, scratch, jj, j, t0, 0, row)
+        fs0, hs0 = vadd(fs0, f), vadd(hs0, h)
+        f, h = _objective_piece(code, y, r, old, scratch, jj, j, t0, 1, row)
+        fs1, hs1 = vadd(fs1, f), vadd(hs1, h)
+        if W > 2 * L64:  # float32 tiles: 4 float64 vectors of lanes
+            f, h = _objective_piece(code, y, r, old, scratch, jj, j, t0, 2, row)
+            fs2, hs2 = vadd(fs2, f), vadd(hs2, h)
+            f, h = _objective_piece(code, y, r, old, scratch, jj, j, t0, 3, row)
+            fs3, hs3 = vadd(fs3, f), vadd(hs3, h)
+    return fs0, fs1, fs2, fs3, hs0, hs1, hs2, hs3
+
+
 @njit(nogil=True)
 def sweep_tiles(afold, b_diag, code, params, r, y, c0, c1, stats, f0, with_f0):
     """One MSM iteration on the columns c0..c1-1 of ``y`` in place, as
@@ -275,25 +364,52 @@ def _sweep_whole_tiles(afold, b_diag, code, params, r, y, c0, c1, stats, f0, wit
     if c1 <= c0:
         return
     buf = np.empty((4, W), dtype=y.dtype)  # scratch of _solve_panel
-    if with_f0:
-        # panel by panel across all tiles: the products of the old rows from p0 on give
-        # F(X) of the panel's rows (as in cpu_kernels._sweep) for the whole range at once
-        work = np.empty((TILE_ROWS, c1 - c0), dtype=y.dtype)
-        for p0 in range(0, n, TILE_ROWS):
-            rows = min(TILE_ROWS, n - p0)
-            for t0 in range(c0, c1, W):
-                _product_rows(afold, y, p0, rows, t0, p0, n, work, t0 - c0, False)
-            _start_objective_rows(
-                code, params, afold, b_diag, r, y, work, p0, p0 + rows, c0, c1 - c0, f0
-            )
-            for t0 in range(c0, c1, W):
-                wc = t0 - c0
-                _product_rows(afold, y, p0, rows, t0, 0, p0, work, wc, True)
-                _solve_panel(code, afold, b_diag, params, r, y, work, wc, p0, rows, t0, stats, buf)
-    else:
-        work = np.empty((TILE_ROWS, W), dtype=y.dtype)
+    work = np.empty((TILE_ROWS, W), dtype=y.dtype)
+    if not with_f0:
         for t0 in range(c0, c1, W):
             for p0 in range(0, n, TILE_ROWS):
                 rows = min(TILE_ROWS, n - p0)
-                _product_rows(afold, y, p0, rows, t0, 0, n, work, 0, False)
+                _product_rows(afold, y, p0, rows, t0, n, work, work, False)
                 _solve_panel(code, afold, b_diag, params, r, y, work, 0, p0, rows, t0, stats, buf)
+        return
+    # F(X) of the iterate before the sweep, tile by tile as the plain sweep: per panel the
+    # product of the old rows from p0 on first, whose row j is C_jj x_j + sum_{i>j} A_ji x_i
+    # (as in cpu_kernels._sweep), gives the panel rows' terms of F; then the new rows
+    # before p0 are added and the panel is solved.  The terms are summed in float64
+    # vectors over the tile's panels (2 of them for float64 tiles, 4 for float32 ones,
+    # whose entries are widened) and added to f0 once per tile.
+    L64 = VEC_BYTES // 8
+    scratch = np.zeros((2, W), dtype=np.float64)
+    old = np.empty((TILE_ROWS, W), dtype=y.dtype)  # the panel's product of the old rows
+    rowc = np.empty((n, 4), dtype=np.float64)  # per row: curv, lam, lb, ub
+    for j in range(n):
+        rowc[j, 0] = 0.5 * (np.float64(b_diag[j]) - np.float64(afold[j, j]))
+        for s in range(3):
+            rowc[j, 1 + s] = np.float64(params[j, s])
+    for t0 in range(c0, c1, W):
+        zero = vzero(scratch)
+        sums = (zero, zero, zero, zero, zero, zero, zero, zero)
+        for p0 in range(0, n, TILE_ROWS):
+            rows = min(TILE_ROWS, n - p0)
+            _product_rows(afold, y, p0, rows, t0, n, work, old, True)
+            if code == CODE_BOX:
+                sums = _objective_panel(
+                    CODE_BOX, y, r, params, old, rowc, scratch, p0, rows, t0, sums
+                )
+            elif code == CODE_L1:
+                sums = _objective_panel(
+                    CODE_L1, y, r, params, old, rowc, scratch, p0, rows, t0, sums
+                )
+            elif code == CODE_L0:
+                sums = _objective_panel(
+                    CODE_L0, y, r, params, old, rowc, scratch, p0, rows, t0, sums
+                )
+            else:
+                sums = _objective_panel(code, y, r, params, old, rowc, scratch, p0, rows, t0, sums)
+            _solve_panel(code, afold, b_diag, params, r, y, work, 0, p0, rows, t0, stats, buf)
+        for q in range(W // L64):
+            vstore(scratch, 0, q * L64, sums[q])
+            vstore(scratch, 1, q * L64, sums[4 + q])
+        for s in range(2):
+            for col in range(W):
+                f0[s, t0 + col] += scratch[s, col]

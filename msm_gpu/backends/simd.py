@@ -9,7 +9,9 @@ micro-kernel has (``cpu_tiles.py``).
 :class:`Vec` is one SIMD register of the array's dtype (``VEC_BYTES`` bytes: 8 float64 or
 16 float32 lanes on AVX-512).  The operations are Numba intrinsics emitting single LLVM
 instructions: unaligned loads/stores of ``VEC_LANES`` consecutive entries of a 2-D array
-row, broadcast, fused multiply-add, + - * /, min, max, abs and a lane-wise select.
+row, broadcast, fused multiply-add, + - * /, min, max, abs and lane-wise selects.
+:func:`vload_wide` loads float64 lanes from a float64 or float32 array (converting
+float32 entries exactly), for sums kept in float64 whatever the iterate's dtype.
 """
 
 from __future__ import annotations
@@ -87,6 +89,30 @@ def vload(typingctx, arr, i, j):
 
 
 @intrinsic
+def vload_wide(typingctx, arr, i, j):
+    """The float64 vector of ``arr[i, j : j + VEC_BYTES // 8]`` (C-ordered 2-D float64
+    or float32 array; float32 entries converted to float64, exactly; no bounds check).
+
+    On a float64 array it is :func:`vload`; on a float32 one it reads half a float32
+    vector and widens it in the load (one ``vcvtps2pd`` from memory on AVX-512)."""
+    _check_rows(arr)
+    if arr.dtype not in (types.float64, types.float32):
+        raise TypeError(f"vload_wide reads float64 or float32 arrays, got {arr}")
+    vec = Vec(types.float64)
+
+    def codegen(context, builder, sig, args):
+        ptr = _entry_pointer(context, builder, sig.args[0], args[0], args[1], args[2], i, j)
+        lane = context.get_value_type(sig.args[0].dtype)
+        vptr = builder.bitcast(ptr, ir.VectorType(lane, vec.lanes).as_pointer())
+        loaded = builder.load(vptr, align=1)
+        if sig.args[0].dtype == types.float64:
+            return loaded
+        return builder.fpext(loaded, context.get_value_type(vec))
+
+    return vec(arr, i, j), codegen
+
+
+@intrinsic
 def vstore(typingctx, arr, i, j, v):
     """``arr[i, j : j + lanes] = v`` (C-ordered 2-D array; no bounds check)."""
     _check_rows(arr)
@@ -101,7 +127,7 @@ def vstore(typingctx, arr, i, j, v):
 
 @intrinsic
 def vsplat(typingctx, like, x):
-    """A vector of ``like``'s dtype (an array) with every lane ``x``."""
+    """A vector of ``like``'s dtype (an array or a vector) with every lane ``x``."""
     vec = Vec(like.dtype)
 
     def codegen(context, builder, sig, args):
@@ -116,7 +142,7 @@ def vsplat(typingctx, like, x):
 
 @intrinsic
 def vzero(typingctx, like):
-    """A vector of zeros of ``like``'s dtype (an array)."""
+    """A vector of zeros of ``like``'s dtype (an array or a vector)."""
     vec = Vec(like.dtype)
 
     def codegen(context, builder, sig, args):
@@ -178,6 +204,19 @@ def vselect_lt(typingctx, a, b, x, y):
         return builder.select(builder.fcmp_ordered("<", args[0], args[1]), args[2], args[3])
 
     return x(a, b, x, y), codegen
+
+
+@intrinsic
+def vselect_inside(typingctx, a, low, up, x, y):
+    """Lane-wise ``x if (a >= low) & (a <= up) else y`` (``y`` where any is NaN)."""
+    _check_vectors(a, low, up, x, y)
+
+    def codegen(context, builder, sig, args):
+        above = builder.fcmp_ordered(">=", args[0], args[1])
+        below = builder.fcmp_ordered("<=", args[0], args[2])
+        return builder.select(builder.and_(above, below), args[3], args[4])
+
+    return x(a, low, up, x, y), codegen
 
 
 def _pick(op, doc):
