@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .backends.jit import njit
-from .scaling import _float_stats
+from .scaling import host_float_stats
 
 
 def _host_float(x) -> bool:
@@ -26,8 +26,8 @@ def column_stats(x):
     if not _host_float(x):
         return None
     if x.ndim == 1:
-        finite, biggest, squares = _float_stats(x)
-        return bool(finite), float(biggest), np.array([squares])
+        finite, biggest, squares = host_float_stats(x)
+        return finite, biggest, np.array([squares])
     if x.ndim != 2 or not x.flags.c_contiguous:
         return None
     squares = np.zeros(x.shape[1])

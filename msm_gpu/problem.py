@@ -121,15 +121,24 @@ def prepare_solve(
             v.check_psd(a, "A", input_dtype=dtype, scale_exponent=e_a)
         psd_known = True
     r = _scaled_dense_on(be, R, dtype, "R", -e_r)
-    r_norms = None
-    if r_stats is not None and (r_max == 0 or SQUARES_SAFE[0] <= r_max <= SQUARES_SAFE[1]):
-        r_norms = np.ldexp(np.sqrt(r_stats[1]), -e_r)  # the norms of r = R 2^-e_r
+    r_norms = _scaled_norms(r_stats, -e_r)
     return _finish(be, a, r, x0, dtype, penalty, scaling, _user_like(R), psd_known, r_norms)
 
 
 #: max |R| between which R's column sums of squares in float64 neither under- nor
 #: overflow (else the norms are taken from the rescaled r).
 SQUARES_SAFE = (2.0**-480, 2.0**480)
+
+
+def _scaled_norms(stats, e):
+    """The column norms of R 2^e from ``stats`` = (max |R|, column sums of squares of R),
+    or None where there are no stats or the squares may have under/overflowed."""
+    if stats is None:
+        return None
+    biggest, squares = stats
+    if biggest != 0 and not SQUARES_SAFE[0] <= biggest <= SQUARES_SAFE[1]:
+        return None
+    return np.ldexp(np.sqrt(squares), e)
 
 
 #: |exponent| of max |D| up to which C'D and ||D||^2 are formed from D as given (products
