@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -101,25 +102,73 @@ def test_run_ranges_reraises_and_waits():
     threads.run_ranges(lambda i: None, 4, 2)  # the pool still works
 
 
-def test_pool_threads_are_pinned_to_distinct_cpus():
-    # threads.py: unpinned workers were measured sharing one CPU for stretches of sweeps
+def test_pool_threads_are_pinned_to_cpus_other_than_the_callers():
+    # threads.py: unpinned workers were measured sharing one CPU for stretches of sweeps;
+    # the caller takes items too, beside a pool thread pinned to another CPU
     cpus = sorted(os.sched_getaffinity(0))
-    n_threads = min(2, len(cpus))  # one CPU: one pool thread (never two on one CPU)
+    n_threads = min(2, len(cpus))  # one CPU: the caller alone (never two on one CPU)
     seen = {}
     lock = threading.Lock()
     barrier = threading.Barrier(n_threads, timeout=10)
+    caller = threading.get_ident()
 
     def fn(i):
-        barrier.wait()  # the items held at once: as many pool threads
+        barrier.wait()  # the items held at once: as many threads
         with lock:
-            seen[threading.get_ident()] = os.sched_getaffinity(0)
+            seen[threading.get_ident()] = (os.sched_getaffinity(0), threads._current_cpu())
 
     threads.run_ranges(fn, n_threads, 2)
-    assert len(seen) == n_threads
-    masks = sorted(seen.values(), key=min)
+    assert len(seen) == n_threads and caller in seen
+    helpers = [mask_cpu for ident, mask_cpu in seen.items() if ident != caller]
     if n_threads == 2:
-        assert all(len(m) == 1 for m in masks) and masks[0] != masks[1]
+        ((mask, cpu),) = helpers
+        assert len(mask) == 1 and cpu in mask  # pinned, and running there
     assert os.sched_getaffinity(0) == set(cpus)  # the caller's own mask is untouched
+
+
+def test_run_ranges_returns_after_every_item_taken_has_returned():
+    # the caller takes items too; it must still wait for the items a pool thread holds
+    # (the slow ones here), and no item may be called twice or left out
+    caller = threading.get_ident()
+    helped = 0
+    for _ in range(20):
+        done, who = [], set()
+
+        def fn(i, done=done, who=who):
+            me = threading.get_ident()
+            who.add(me)
+            time.sleep(0.001 if me == caller else 0.03)
+            done.append(i)
+
+        threads.run_ranges(fn, 6, 2)
+        assert sorted(done) == list(range(6))
+        helped += len(who) > 1
+    if len(os.sched_getaffinity(0)) > 1:
+        assert helped > 0  # a pool thread took items: the wait above was exercised
+
+
+def test_run_ranges_from_two_callers_at_once():
+    # callers in several user threads share the pool; each gets all its items done
+    results = {}
+
+    def caller(k):
+        out = []
+        lock = threading.Lock()
+
+        def fn(i):
+            with lock:
+                out.append(i)
+
+        for _ in range(20):
+            threads.run_ranges(fn, 7, 2)
+        results[k] = sorted(out)
+
+    users = [threading.Thread(target=caller, args=(k,)) for k in range(3)]
+    for t in users:
+        t.start()
+    for t in users:
+        t.join(timeout=30)
+    assert all(results[k] == sorted(list(range(7)) * 20) for k in range(3))
 
 
 def test_nested_run_ranges_runs_on_the_pool_thread():

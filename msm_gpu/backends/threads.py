@@ -9,7 +9,7 @@ GIL), not on Numba's ``prange``: Numba's OpenMP layer spin-waits at every barrie
 2-core machine shared with another busy process a spinning thread keeps the CPU that the
 thread it waits for needs (measured: the README example 0.2 s on one thread, 2-14 s on two
 next to a busy neighbour; ``OMP_WAIT_POLICY=passive`` 0.1 s).  Here idle threads sleep on
-a queue, each pinned to its own CPU (:func:`_pool`), the caller waits, and the column
+a queue, each pinned to its own CPU (:func:`_pool`); the caller sweeps too, and the column
 ranges are handed out one at a time (:func:`run_ranges`), so a thread that is not
 scheduled delays the sweep by at most the range it holds.  Small work runs on the calling
 thread alone (:func:`sweep_threads`).
@@ -89,8 +89,7 @@ class serial_numba_blas:
 #: benchmarks/bench_contention.py).
 MIN_FLOPS_PER_THREAD = 24e6
 
-_POOL = None
-_POOL_SIZE = 1  # threads of _POOL, one per CPU
+_POOL = None  # {cpu: job queue of the worker pinned to it}
 _POOL_LOCK = threading.Lock()
 _PREFIX = "msm-gpu-sweep"
 
@@ -122,41 +121,116 @@ def sweep_threads(flops: float, n_ranges: int, cap: int) -> int:
     return max(1, min(cap, n_ranges, by_work))
 
 
-def _pinned_worker(cpus):
-    """Thread-pool initializer: the k-th worker started runs on CPU cpus[k] only."""
-    lock = threading.Lock()
-    taken = iter(cpus)
+def _current_cpu() -> int:
+    """The CPU the calling thread runs on (-1 where that cannot be asked)."""
+    global _GETCPU
+    if _GETCPU is None:
+        _GETCPU = lambda: -1  # noqa: E731
+        try:
+            import ctypes
 
-    def init():
-        with lock:
-            cpu = next(taken)
+            getcpu = ctypes.CDLL(None).sched_getcpu
+            getcpu.restype = ctypes.c_int
+            getcpu.argtypes = []
+            _GETCPU = getcpu
+        except (AttributeError, OSError):  # pragma: no cover - not glibc
+            pass
+    return _GETCPU()
+
+
+_GETCPU = None
+
+
+class _Job:
+    """Items ``fn(0..n-1)`` handed out one at a time to whichever thread asks next (the
+    caller and the pool threads it woke); :meth:`wait` returns once every item taken
+    has returned.  A thread that wakes after the items are gone takes none and touches
+    nothing, so the caller never waits for a thread to wake."""
+
+    __slots__ = ("fn", "n", "next", "busy", "lock", "done", "waiting", "error")
+
+    def __init__(self, fn, n):
+        self.fn, self.n, self.next, self.busy = fn, n, 0, 0
+        self.lock = threading.Lock()
+        self.done = threading.Lock()  # held until the last busy item returns
+        self.done.acquire()
+        self.waiting = False
+        self.error = None
+
+    def _take(self) -> int:
+        with self.lock:
+            if self.error is not None or self.next >= self.n:
+                return -1
+            self.next += 1
+            self.busy += 1
+            return self.next - 1
+
+    def _finished(self):
+        with self.lock:
+            self.busy -= 1
+            if self.busy == 0 and self.waiting:
+                self.waiting = False
+                self.done.release()
+
+    def run(self):
+        """Take and call items until none are left (or one raised)."""
+        while (i := self._take()) >= 0:
+            try:
+                self.fn(i)
+            except BaseException as exc:  # handed to the caller by wait()
+                with self.lock:
+                    if self.error is None:
+                        self.error = exc
+            finally:
+                self._finished()
+
+    def wait(self):
+        """Block until no item is running; then re-raise the first exception of an item."""
+        with self.lock:
+            idle = self.busy == 0
+            self.waiting = not idle
+        if not idle:
+            self.done.acquire()
+        if self.error is not None:
+            raise self.error
+
+
+def _worker(jobs, cpu):
+    """A pool thread: pinned to ``cpu`` (when given), runs the jobs put on its queue."""
+    if cpu is not None:
         try:
             os.sched_setaffinity(0, {cpu})  # 0: the calling thread
         except OSError:  # pragma: no cover - a CPU taken away since
             pass
-
-    return init
+    while True:
+        job = jobs.get()
+        if job is None:  # pragma: no cover - not sent today
+            return
+        job.run()
 
 
 def _pool():
-    """The sweep's pool: one thread per CPU of the process's affinity set, each pinned to
-    its CPU.
+    """The sweep's pool: one daemon thread per CPU of the process's affinity set, pinned
+    to it, each with its own job queue ({cpu: queue}).
 
     Pinned, because unpinned workers woken by the caller were measured to share one CPU
     for stretches of many sweeps on a 2-vCPU VM (the scheduler's wake-up placement):
     a 200 x 1000 sweep took 1.05 ms or 2.0 ms at random, 1.1 ms every time pinned."""
-    global _POOL, _POOL_SIZE
+    global _POOL
     with _POOL_LOCK:
         if _POOL is None:
-            from concurrent.futures import ThreadPoolExecutor
+            import queue
 
-            _POOL_SIZE = available_cpus()
-            initializer = None
-            if _POOL_SIZE > 1 and hasattr(os, "sched_setaffinity"):
-                initializer = _pinned_worker(sorted(os.sched_getaffinity(0)))
-            _POOL = ThreadPoolExecutor(
-                _POOL_SIZE, thread_name_prefix=_PREFIX, initializer=initializer
-            )
+            cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+            pin = len(cpus) > 1 and hasattr(os, "sched_setaffinity")
+            pool = {}
+            for k in range(available_cpus()):
+                cpu = cpus[k] if pin else None
+                jobs = queue.SimpleQueue()
+                name = f"{_PREFIX}-{k}"
+                threading.Thread(target=_worker, args=(jobs, cpu), name=name, daemon=True).start()
+                pool[cpu if pin else k] = jobs
+            _POOL = pool
         return _POOL
 
 
@@ -171,35 +245,30 @@ if hasattr(os, "register_at_fork"):
 
 
 def run_ranges(fn, n_items: int, n_threads: int) -> None:
-    """Call ``fn(i)`` for i in range(n_items) on ``n_threads`` threads of the pool (at
-    most one per CPU; the caller waits); items are handed out one at a time.  Returns
-    when every call has returned; the first exception raised by a call is re-raised.
-    One thread: the calls run on the caller's thread, as do the calls from a pool thread
-    (a nested call must not wait for the pool it occupies)."""
+    """Call ``fn(i)`` for i in range(n_items) on ``n_threads`` threads: the caller's and
+    pool threads pinned to other CPUs (at most one thread per CPU; items handed out one
+    at a time).  Returns when every call has returned; the first exception raised by a
+    call is re-raised.  One thread: the calls run on the caller's thread, as do the calls
+    from a pool thread (a nested call must not wait for the pool it occupies).
+
+    The caller works too: waking a sleeping pool thread takes 20-50 us on a VM (the
+    previous pool, where the caller only waited, cost 45-50 us a call with no work), and
+    the caller takes items while the woken thread starts, so the wake-up overlaps work.
+    The pool threads woken are those pinned to CPUs other than the caller's, so the two
+    do not share one CPU."""
     if n_threads <= 1 or n_items <= 1 or threading.current_thread().name.startswith(_PREFIX):
         for i in range(n_items):
             fn(i)
         return
-    items = iter(range(n_items))
-    lock = threading.Lock()
-    failed = []
-
-    def drain():
-        while not failed:
-            with lock:
-                i = next(items, None)
-            if i is None:
-                return
-            try:
-                fn(i)
-            except BaseException as exc:
-                failed.append(exc)
-                raise
-
     pool = _pool()
-    n_workers = min(n_threads, n_items, _POOL_SIZE)  # never two threads on one CPU
-    futures = [pool.submit(drain) for _ in range(n_workers)]
-    for f in futures:  # wait for every range in flight before the buffers are reused
-        f.exception()
-    if failed:
-        raise failed[0]
+    job = _Job(fn, n_items)
+    helpers = min(n_threads, n_items, len(pool)) - 1  # the caller is one of the threads
+    here = _current_cpu()
+    for cpu, jobs in pool.items():
+        if helpers <= 0:
+            break
+        if cpu != here:
+            jobs.put(job)
+            helpers -= 1
+    job.run()
+    job.wait()
