@@ -52,6 +52,42 @@ def test_tiled_sweep_matches_the_row_by_row_reference(pen):
     np.testing.assert_allclose(stats[0], stats_ref[0], rtol=max(tol, 1e-10), atol=1e-10)
 
 
+@pytest.mark.parametrize("n_tiles", [2, 5])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("pen", [mg.NonNeg(), mg.Box(-0.3, 0.4)], ids=repr)
+def test_box_tiles_swept_in_pairs_match_the_reference_and_single_tiles(pen, dtype, n_tiles):
+    # n a multiple of TILE_ROWS: box tiles go in pairs, one's product overlapping the
+    # other's solve (cpu_tiles._sweep_tile_pair_box); an odd tile and the tail alone
+    n = 3 * cpu_tiles.TILE_ROWS
+    width = cpu_tiles.tile_columns(np.dtype(dtype).itemsize)
+    m = n_tiles * width + 3
+    a, r, x = _problem(n, m, seed=11)
+    a, r, x = (v.astype(dtype) for v in (a, r, x))
+    lb, ub = _bounds(pen, n)
+    z_ref, stats_ref = _reference_sweep(pen, a, r, x, 1.2, 0.05, lb, ub)
+    state = _start(pen, a, r, x)
+    stats = state.sweep()
+    z = state.current_x()
+    state.close()
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+    np.testing.assert_allclose(z, z_ref, rtol=tol, atol=tol)
+    np.testing.assert_allclose(stats[2:], stats_ref[2:], rtol=tol, atol=tol)
+    atol0 = 1e-10 if dtype == np.float64 else 1e-4  # F's change: a sum over the column
+    np.testing.assert_allclose(stats[0], stats_ref[0], rtol=max(tol, 1e-10), atol=atol0)
+    # the same iterate and statistics as each tile swept on its own (no pairing)
+    split = make_splitting(np.diag(a).astype(np.float64), 1.2, 0.05, True)
+    afold = np.ascontiguousarray(cpu.fold_matrix(a, split.c_diag, cpu_tiles.TILE_ROWS))
+    b_diag = np.asarray(split.b_diag, dtype=dtype)
+    table = np.ascontiguousarray(pen.table(n), dtype=dtype)
+    y = np.ascontiguousarray(x.copy())
+    one = np.zeros((4, m))
+    bounds = list(range(0, n_tiles * width + 1, width)) + [m]
+    for c0, c1 in zip(bounds[:-1], bounds[1:], strict=True):
+        cpu_tiles.sweep_tiles(afold, b_diag, pen.code, table, r, y, c0, c1, one, one, False)
+    np.testing.assert_array_equal(z, y)
+    np.testing.assert_array_equal(stats, one)
+
+
 @pytest.mark.parametrize("pen", [mg.NonNeg(), mg.L1(0.2), mg.Box(-0.3, 0.4)], ids=repr)
 def test_float32_tiled_sweep_matches_the_reference_to_float32_rounding(pen):
     n, m = N_ROWS, _columns(np.float32)
