@@ -8,7 +8,7 @@ import numpy as np
 
 from . import distributed
 from . import validation as v
-from .arrays import to_host
+from .arrays import aligned_empty, to_host
 from .baselines import ProxGradMethod
 from .driver import MsmMethod
 from .finish import run_msm_finished
@@ -185,7 +185,13 @@ def _solve_on_backend(problem, started, options):
     """Run the chosen method on a prepared (rescaled) problem through the loop."""
     be, a, r, penalty = problem.backend, problem.a, problem.r, problem.penalty
     opts = options.checked(a.shape[0])
-    x_init = be.xp.zeros_like(r) if problem.x0 is None else problem.x0
+    if problem.x0 is not None:
+        x_init = problem.x0
+    elif be.on_host:  # aligned for the sweep's vector loads (arrays.HOST_ALIGN)
+        x_init = aligned_empty(r.shape, r.dtype)
+        x_init[...] = 0
+    else:
+        x_init = be.xp.zeros_like(r)
 
     loop_options = {
         "tol": opts.tol,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .arrays import is_sparse, module_of
+from .arrays import aligned_empty, is_sparse, module_of
 from .backends.jit import njit
 from .penalties import CODE_BOX, CODE_L0, CODE_L1, CODE_LP
 
@@ -89,7 +89,9 @@ def scaled_dense_copy(be, x, dtype, e: int):
     power of two (exact)."""
     factor = _power_of_two(dtype, e)
     if be.on_host and isinstance(x, np.ndarray) and factor is not None:
-        return np.multiply(x, factor, dtype=dtype)
+        # x's layout kept; a C-ordered one aligned for the sweep's vectors (HOST_ALIGN)
+        out = aligned_empty(x.shape, dtype) if x.flags.c_contiguous else None
+        return np.multiply(x, factor, dtype=dtype, out=out)
     return _times_power_of_two(be.asarray(x, dtype), e, in_place=True)
 
 

@@ -421,3 +421,52 @@ def test_fold_matrix_matches_its_definition(panel):
                 want[i, j] = 0.0
     np.testing.assert_array_equal(folded, want)
     np.testing.assert_array_equal(a, before)
+
+
+# -- aligned host arrays (arrays.HOST_ALIGN) ------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", [(7,), (200, 1000), (3, 5), (0, 4)])
+def test_aligned_arrays_start_on_a_vector_boundary(shape, dtype):
+    from msm_gpu.arrays import HOST_ALIGN, aligned_copy, aligned_empty
+
+    x = aligned_empty(shape, dtype)
+    assert x.shape == shape and x.dtype == dtype and x.flags.c_contiguous and x.flags.writeable
+    assert x.size == 0 or x.ctypes.data % HOST_ALIGN == 0
+    source = np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape)
+    y = aligned_copy(source[..., ::-1], dtype)  # any layout in, C-ordered out
+    np.testing.assert_array_equal(y, source[..., ::-1].astype(dtype))
+    assert y.flags.c_contiguous and (y.size == 0 or y.ctypes.data % HOST_ALIGN == 0)
+    assert not np.shares_memory(y, source)
+
+
+def _misaligned(x):
+    """A C-ordered copy of x starting 16 bytes past a 64-byte boundary."""
+    raw = np.empty(x.nbytes + 128, dtype=np.uint8)
+    start = -raw.ctypes.data % 64 + 16
+    out = raw[start : start + x.nbytes].view(x.dtype).reshape(x.shape)
+    out[...] = x
+    return out
+
+
+@pytest.mark.parametrize("x0_given", [True, False])
+def test_solve_sweeps_an_aligned_iterate(x0_given, monkeypatch):
+    from msm_gpu.arrays import HOST_ALIGN
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((60, 40))
+    a, r = w.T @ w, _misaligned(-w.T @ rng.standard_normal((60, 50)))
+    x0 = _misaligned(np.abs(rng.standard_normal((40, 50)))) if x0_given else None
+    seen = []
+    start = cpu.CpuBackend.start
+
+    def spy(self, *args, **kwargs):
+        state = start(self, *args, **kwargs)
+        seen.append((state._x.ctypes.data % HOST_ALIGN, state._r_full.ctypes.data % HOST_ALIGN))
+        return state
+
+    monkeypatch.setattr(cpu.CpuBackend, "start", spy)
+    out = mg.solve(a, r, mg.NonNeg(), x0=x0, tol=0, max_iter=3)
+    assert seen and all(offsets == (0, 0) for offsets in seen)
+    assert np.all(out.x >= 0) and np.isfinite(out.fun)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..arrays import is_cupy
+from ..arrays import aligned_copy, is_cupy
 from . import cpu_kernels as _kernels
 from . import cpu_tiles as _tiles
 from .base import N_STATS, Backend, SweepState, check_penalty_code, fold_matrix
@@ -68,6 +68,14 @@ def plan(n_cols: int, flops: float, cap: int, n_rows=None, itemsize=8, align=1):
     return column_ranges(n_cols, threads, n_rows, itemsize, align), threads
 
 
+def _iterate(x0, dtype, owned: bool) -> np.ndarray:
+    """The sweep's C-ordered iterate from x0: x0 itself where it is ``owned`` (the
+    caller's to give) and already C-ordered in ``dtype``, else an aligned copy."""
+    if owned and isinstance(x0, np.ndarray) and x0.dtype == dtype and x0.flags.c_contiguous:
+        return x0
+    return aligned_copy(x0, dtype)
+
+
 class CpuSweepState(SweepState):
     """The iterate as one C-ordered (n, m) array, swept in place a column range at a time.
 
@@ -93,9 +101,9 @@ class CpuSweepState(SweepState):
         self._align = _tiles.tile_columns(afold.dtype.itemsize) if self._tiles else 1
         self._r_full = np.ascontiguousarray(r, dtype=afold.dtype)  # read only
         # a handed-over x0 is swept in place when its layout allows (a fresh n x r array
-        # costs page faults: at 200 x 1000 about half a GEMM)
-        copy = None if x0_owned else True
-        self._x = np.array(x0, dtype=afold.dtype, order="C", copy=copy)
+        # costs page faults: at 200 x 1000 about half a GEMM); a copy is aligned for the
+        # vector loads (arrays.HOST_ALIGN)
+        self._x = _iterate(x0, afold.dtype, x0_owned)
         self.active = np.arange(self._x.shape[1])
         self._serial_blas = None
         self._plans = {}
