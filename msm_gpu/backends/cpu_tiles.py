@@ -335,8 +335,6 @@ def _sweep_tile_pair_box(afold, b_diag, params, r, y, ta, tb, n, work_a, work_b,
     step: each panel's product of one tile runs while the other tile's panel is solved
     (:func:`_product8`), so no solve waits alone; the same iterates and statistics as
     sweeping them one after the other."""
-    solve_a = (b_diag, params, r, work_a, qa, 0, ta)
-    solve_b = (b_diag, params, r, work_b, qb, 0, tb)
     _product8(afold, y, 0, ta, n, work_a, work_a, False, None)
     for p0 in range(0, n, TILE_ROWS):
         solve_a = (b_diag, params, r, work_a, qa, p0, ta)
