@@ -10,8 +10,8 @@ import numpy as np
 #: Byte alignment of the host arrays the CPU sweep reads and writes in vectors: one
 #: AVX-512 register, one cache line.  NumPy aligns to 16 bytes; a 64-byte vector load
 #: from there spans two cache lines.  Measured, one thread, 200 x 1000 float64 (rows of
-#: 8000 bytes: every row as aligned as the first): tiled sweep 1.15-1.16 GEMM aligned,
-#: 1.24 at 16 or 32 bytes off.
+#: 8000 bytes: every row as aligned as the first): tiled sweep 1.15 GEMM aligned, 1.24
+#: at 16 or 32 bytes off (one run).
 HOST_ALIGN = 64
 
 
@@ -19,7 +19,7 @@ def aligned_empty(shape, dtype, align: int = HOST_ALIGN) -> np.ndarray:
     """An uninitialised C-ordered host array whose first entry sits at a multiple of
     ``align`` bytes (a view into a slightly larger byte buffer)."""
     dtype = np.dtype(dtype)
-    shape = tuple(int(d) for d in np.atleast_1d(shape)) if not isinstance(shape, int) else (shape,)
+    shape = tuple(int(d) for d in np.atleast_1d(shape))
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     raw = np.empty(nbytes + align, dtype=np.uint8)
     start = -raw.ctypes.data % align

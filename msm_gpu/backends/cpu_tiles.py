@@ -98,8 +98,8 @@ def _product8(afold, y, p0, t0, n, work, old, split, solving):
     dependent operations (in-panel terms, division, clamps, store) that the core overlaps
     with the product's independent FMAs.  (Solved after the product, as in
     :func:`_sweep_whole_tiles`' other loop, the rows' latency is paid in full: one
-    thread at 200 x 1000, 0.82-0.91 -> 0.82-0.84 ms float64, 0.45-0.48 -> 0.39-0.42
-    float32; the same iterates and statistics.)
+    thread at 200 x 1000, aligned iterate, one run: 1.15 -> 1.03 GEMM float64, 1.42 ->
+    1.31 float32; the same iterates and statistics.)
 
     The 8 x 2 tile of accumulators stays in registers through the loop over k, and from
     one part of the split to the other: per k, 2 loads of Y, 8 broadcasts of A, 16 FMAs
@@ -270,9 +270,7 @@ def _solve_panel(code, afold, b_diag, params, r, y, work, wc, p0, rows, t0, stat
     vstore(buf, 2, L, q21)
     vstore(buf, 3, 0, q30)
     vstore(buf, 3, L, q31)
-    for s in range(4):
-        for col in range(W):
-            stats[s, t0 + col] += buf[s, col]
+    _add_panel_stats(buf, stats, t0, False)
 
 
 @njit(inline="always")
@@ -320,13 +318,14 @@ def _box_row(afold, y, solving, jj):
 
 
 @njit(inline="always")
-def _add_panel_stats(q, stats, t0):
-    """``stats[:, t0:t0+W] += q`` (the panel's sums, as :func:`_solve_panel` adds them),
-    then ``q = 0``."""
+def _add_panel_stats(q, stats, t0, clear):
+    """``stats[:, t0:t0+W] += q`` (a panel's sums, float64 totals); then ``q = 0`` with
+    ``clear`` (sums accumulated in q, :func:`_box_row`)."""
     for s in range(4):
         for col in range(q.shape[1]):
             stats[s, t0 + col] += q[s, col]
-            q[s, col] = 0
+            if clear:
+                q[s, col] = 0
 
 
 @njit
@@ -339,14 +338,14 @@ def _sweep_tile_pair_box(afold, b_diag, params, r, y, ta, tb, n, work_a, work_b,
     for p0 in range(0, n, TILE_ROWS):
         solve_a = (b_diag, params, r, work_a, qa, p0, ta)
         _product8(afold, y, p0, tb, n, work_b, work_b, False, solve_a)
-        _add_panel_stats(qa, stats, ta)
+        _add_panel_stats(qa, stats, ta, True)
         solve_b = (b_diag, params, r, work_b, qb, p0, tb)
         if p0 + TILE_ROWS < n:
             _product8(afold, y, p0 + TILE_ROWS, ta, n, work_a, work_a, False, solve_b)
         else:
             for jj in range(TILE_ROWS):
                 _box_row(afold, y, solve_b, jj)
-        _add_panel_stats(qb, stats, tb)
+        _add_panel_stats(qb, stats, tb, True)
 
 
 @njit(inline="always")

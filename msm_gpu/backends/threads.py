@@ -121,6 +121,9 @@ def sweep_threads(flops: float, n_ranges: int, cap: int) -> int:
     return max(1, min(cap, n_ranges, by_work))
 
 
+_GETCPU = None  # libc's sched_getcpu, looked up on first use
+
+
 def _current_cpu() -> int:
     """The CPU the calling thread runs on (-1 where that cannot be asked)."""
     global _GETCPU
@@ -136,9 +139,6 @@ def _current_cpu() -> int:
         except (AttributeError, OSError):  # pragma: no cover - not glibc
             pass
     return _GETCPU()
-
-
-_GETCPU = None
 
 
 class _Job:
@@ -203,10 +203,7 @@ def _worker(jobs, cpu):
         except OSError:  # pragma: no cover - a CPU taken away since
             pass
     while True:
-        job = jobs.get()
-        if job is None:  # pragma: no cover - not sent today
-            return
-        job.run()
+        jobs.get().run()
 
 
 def _pool():
