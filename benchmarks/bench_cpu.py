@@ -11,7 +11,9 @@ thread) in the same run; medians over the repeats.  Reported, in GEMMs:
 
 * ``per iter``: the marginal cost of one more iteration, (T(k2) - T(k1)) / (k2 - k1);
 * ``fixed``: the cost of a call besides its iterations, T(k1) - k1 * per iter
-  (validation, copies, folding A, the start objective, the result);
+  (validation, copies, folding A, the start objective, the result); the same A is
+  passed every call, so from the second call on its symmetry and PSD tests are skipped
+  (``validation.VerifiedMatrix``); ``--new-a`` times calls that run them;
 * ``sweep``: one sweep alone (``SweepState.sweep`` called in a loop), for reference.
 
 Targets (issue 10): per iter <= 1.5, fixed <= 3.  Timings on a shared machine are noisy:
@@ -37,6 +39,7 @@ from _machine import describe  # noqa: E402
 import msm_gpu as mg  # noqa: E402
 from msm_gpu.backends.base import default_panel  # noqa: E402
 from msm_gpu.backends.cpu import CpuBackend  # noqa: E402
+from msm_gpu.problem import VERIFIED_A  # noqa: E402
 from msm_gpu.splitting import make_splitting  # noqa: E402
 
 SHAPES = [(200, 1000), (1000, 4096), (256, 50000)]
@@ -72,11 +75,13 @@ def _times(fn, calls, drop=1, before=None):
 BLAS_QUIET_S = 0.25
 
 
-def time_solve(n, r, dtype, repeats, k1=2, k2=10, after_gemm=False):
+def time_solve(n, r, dtype, repeats, k1=2, k2=10, after_gemm=False, new_a=False):
     """Medians of: GEMM, solve(max_iter=k1), solve(max_iter=k2), one sweep alone.
 
     ``after_gemm``: every timed call comes right after NumPy's threaded ``A @ X`` (whose
-    BLAS threads then spin beside the solve), else after the BLAS threads went quiet."""
+    BLAS threads then spin beside the solve), else after the BLAS threads went quiet.
+    ``new_a``: every call's A counts as unseen (``problem.VERIFIED_A`` emptied first),
+    so its symmetry and PSD tests run, as for a new matrix each call."""
     a, rhs, x = make_problem(n, r, dtype)
     penalty = mg.NonNeg()
 
@@ -89,6 +94,8 @@ def time_solve(n, r, dtype, repeats, k1=2, k2=10, after_gemm=False):
     gemm, gemm1, t1, t2, sweeps = [], [], [], [], []
 
     def before():  # the state the solves start from
+        if new_a:
+            VERIFIED_A.forget()
         if after_gemm:
             a @ x  # the user's threaded GEMM: its BLAS threads spin while the solve runs
 
@@ -126,6 +133,12 @@ def main(argv=None):
         action="store_true",
         help="time every call right after a threaded NumPy GEMM (its BLAS threads spinning)",
     )
+    parser.add_argument(
+        "--new-a",
+        action="store_true",
+        help="every call's A counts as new: its symmetry and PSD tests run (by default the "
+        "same A is passed again and equal entries skip them, as for a user's repeated calls)",
+    )
     args = parser.parse_args(argv)
     global CLOCK
     CLOCK = time.perf_counter if args.clock == "wall" else time.process_time
@@ -134,7 +147,8 @@ def main(argv=None):
     print(
         "mg.solve(A, R, NonNeg(), x0=X, tol=0, max_iter=k), default options, in GEMMs A @ X "
         f"(median of {args.repeats} rounds, {args.clock} clock, "
-        f"{'right after a threaded GEMM' if args.after_gemm else 'BLAS threads quiet'}); "
+        f"{'right after a threaded GEMM' if args.after_gemm else 'BLAS threads quiet'}"
+        f"{', A new every call' if args.new_a else ''}); "
         f"targets: per iter <= {TARGET_ITER}, "
         f"fixed <= {TARGET_FIXED}"
     )
@@ -149,7 +163,7 @@ def main(argv=None):
     for n, r in shapes:
         for dtype in (np.float64, np.float32):
             gemm, t1, t2, sweep, (k1, k2) = time_solve(
-                n, r, dtype, args.repeats, after_gemm=args.after_gemm
+                n, r, dtype, args.repeats, after_gemm=args.after_gemm, new_a=args.new_a
             )
             per_iter = (t2 - t1) / (k2 - k1)
             fixed = t1 - k1 * per_iter

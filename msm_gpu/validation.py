@@ -185,6 +185,51 @@ def check_psd(a, name="A", *, input_dtype=np.float64, scale_exponent=0):
     )
 
 
+class VerifiedMatrix:
+    """The last host A that passed the symmetry and PSD tests, kept as a copy: a later
+    call whose A has the same dtype, shape and entries (compared exactly) skips them.
+
+    Solving many batches with one A is common (a fixed dictionary, a stream of right-hand
+    sides); the tests cost a pass over A plus a Cholesky factorisation (n^3/3 flops),
+    the comparison a read of 2 n^2 numbers.  The symmetry verdict depends on A alone, the
+    PSD verdict also on the working dtype (its eps and A's rounding to it): the entry
+    keeps the working dtypes it passed for.  One entry, replaced whole (safe from several
+    threads); only NumPy float arrays of at most ``max_n`` rows.
+    """
+
+    def __init__(self, max_n):
+        self.max_n = int(max_n)
+        self._entry = None  # (copy of A, frozenset of working dtypes it passed for)
+
+    def _eligible(self, a):
+        return (
+            isinstance(a, np.ndarray)
+            and a.dtype.kind == "f"
+            and a.ndim == 2
+            and 0 < a.shape[0] == a.shape[1] <= self.max_n
+        )
+
+    def passed(self, a) -> frozenset:
+        """The working dtypes for which a matrix equal to ``a`` (dtype, shape, entries)
+        passed both tests; empty when ``a`` is not the matrix remembered."""
+        entry = self._entry
+        if entry is None or not self._eligible(a):
+            return frozenset()
+        kept, dtypes = entry
+        if kept.dtype != a.dtype or kept.shape != a.shape or not np.array_equal(kept, a):
+            return frozenset()
+        return dtypes
+
+    def remember(self, a, working, passed=frozenset()) -> None:
+        """Keep a copy of ``a``, which has just passed both tests for the ``working``
+        dtype (``passed``: the dtypes it was already known to pass for)."""
+        if self._eligible(a):
+            self._entry = (np.array(a, copy=True), frozenset(passed) | {np.dtype(working)})
+
+    def forget(self) -> None:
+        self._entry = None
+
+
 def _cholesky_succeeds(mod, h):
     """True when the Cholesky factorization of the symmetric float64 ``h`` (Fortran order,
     overwritten) succeeds.  NumPy: SciPy's LAPACK ``dpotrf`` in place (NumPy's own
