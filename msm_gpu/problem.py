@@ -35,8 +35,10 @@ DENSE_LIMIT_BYTES = 4 * 2**30
 #: (Cholesky, n^3/3 flops: 0.3 GFlop at n = 1000, a few hundred sweeps of one column).
 PSD_CHECK_MAX_N = 1000
 #: The last user A that passed the symmetry and PSD tests (n <= PSD_CHECK_MAX_N): an
-#: equal A skips them (``validation.VerifiedMatrix``; at n = 200 they cost about 0.28 ms
-#: of a 200 x 1000 call, the comparison about 0.02 ms; the copy holds at most 8 MB).
+#: equal A skips them (``validation.VerifiedMatrix``).  prepare_solve at 200 x 1000: 0.40-0.47
+#: -> 0.19-0.25 ms; a new A pays the comparison and the copy on top of the tests, 5-17 us
+#: at n = 200 and 0.2-0.5 ms beside 12-15 ms of tests at n = 1000.  The copy holds at most
+#: 8 MB.
 VERIFIED_A = v.VerifiedMatrix(PSD_CHECK_MAX_N)
 #: Info entries measured in A's units (converted back from the rescaled problem).
 _CURVATURE_KEYS = ("delta", "L", "L_columns")
