@@ -5,6 +5,8 @@ One home for these so that no module grows its own ``_host``/``_is_cupy`` again.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 #: Byte alignment of the host arrays the CPU sweep reads and writes in vectors: one
@@ -19,8 +21,8 @@ def aligned_empty(shape, dtype, align: int = HOST_ALIGN) -> np.ndarray:
     """An uninitialised C-ordered host array whose first entry sits at a multiple of
     ``align`` bytes (a view into a slightly larger byte buffer)."""
     dtype = np.dtype(dtype)
-    shape = tuple(int(d) for d in np.atleast_1d(shape))
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(d) for d in shape)
+    nbytes = math.prod(shape) * dtype.itemsize  # (plain ints: NumPy's prod costs us)
     raw = np.empty(nbytes + align, dtype=np.uint8)
     start = -raw.ctypes.data % align
     return raw[start : start + nbytes].view(dtype).reshape(shape)

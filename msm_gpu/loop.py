@@ -218,7 +218,8 @@ def run_iterations(
                     floor_active = mod.asarray(floor[method.active])
                 done_dev = report.step <= tol * mod.maximum(report.xnorm, floor_active)
                 checks.append(done_dev.any())
-            flags = to_host(mod.stack(checks))  # the one transfer of the iteration
+            # the one transfer of the iteration (NumPy: the flags are host values already)
+            flags = checks if mod is np else to_host(mod.stack(checks))
             any_bad, any_done = bool(flags[0]), tol > 0 and bool(flags[-1])
 
             if any_bad:

@@ -538,3 +538,34 @@ def test_one_pass_stats_of_d_match_numpy(rng, dtype):
             mg.nnls(rng.uniform(size=(40, 5)), e)
     assert host_float_stats(np.ones((3, 3), dtype=np.int64)) is None
     assert host_float_stats([1.0, 2.0]) is None
+
+
+@pytest.mark.parametrize(
+    "penalty",
+    [mg.NonNeg(), mg.Zero(), mg.Box(-2.5, 3.0), mg.L1(0.7), mg.NonNegL1(1.5), mg.L0(0.3, lb=0)],
+    ids=repr,
+)
+def test_scalar_penalty_scaling_matches_the_numpy_path(penalty):
+    # scaled_penalty's Python-float path for scalar parameters must give the numbers and
+    # errors of its NumPy path (taken here with one-row arrays), extreme exponents included
+    import copy
+
+    from msm_gpu.scaling import scaled_penalty
+
+    as_rows = copy.copy(penalty)
+    for name in ("lam", "lb", "ub"):
+        setattr(as_rows, name, np.array([getattr(penalty, name)], dtype=np.float64))
+    for x_exp in (-1100, -1030, -300, -7, 0, 3, 400, 1030, 1100):
+        for f_exp in (-1100, -1020, -9, 0, 2, 1020, 1100):
+            outcomes = []
+            for p in (penalty, as_rows):
+                try:
+                    got = scaled_penalty(p, x_exp, f_exp)
+                except ValueError as exc:
+                    outcomes.append(str(exc).split("(")[0])
+                else:
+                    outcomes.append(
+                        tuple(float(np.ravel(getattr(got, k))[0]) for k in ("lam", "lb", "ub"))
+                    )
+            assert outcomes[0] == outcomes[1], (x_exp, f_exp)
+    assert penalty.lb == as_rows.lb[0] and penalty.lam == as_rows.lam[0]  # untouched
