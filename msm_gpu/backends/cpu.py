@@ -117,7 +117,6 @@ class CpuSweepState(SweepState):
     @max_threads.setter
     def max_threads(self, value):
         self._max_threads = value
-        self._cap = None  # thread_cap(value), asked when a plan is first made
         self._plans.clear()
 
     def _use(self, y, rc):
@@ -138,12 +137,9 @@ class CpuSweepState(SweepState):
             self._serial_blas = serial_numba_blas().__enter__()
         key = (m, flops, align)
         if key not in self._plans:
-            if self._cap is None:
-                self._cap = thread_cap(self._max_threads)
             afold = self._afold
-            self._plans[key] = plan(
-                m, flops, self._cap, afold.shape[0], afold.dtype.itemsize, align
-            )
+            cap = thread_cap(self._max_threads)
+            self._plans[key] = plan(m, flops, cap, afold.shape[0], afold.dtype.itemsize, align)
         bounds, threads = self._plans[key]
         if len(bounds) == 1:
             fn(*bounds[0])
