@@ -48,6 +48,7 @@ import numpy as np
 
 from .arrays import namespace, to_host
 from .facesolve import block_pivoting, solve_passive, solve_passive_batched, solve_passive_cg
+from .finish_terms import host_terms
 from .loop import LoopOutcome
 from .nnls_columns import nnls_active_set
 from .penalties import CODE_BOX, CODE_L1
@@ -194,6 +195,14 @@ class Faces:
 
 def column_objective(xp, a, r, x, penalty):
     """F per column, and the magnitude of its terms (for rounding-aware comparisons)."""
+    host = host_terms(a, r, x, penalty, kkt=False)  # host float64: one compiled pass
+    if host is not None:
+        return host[0], host[1]
+    return array_api_column_objective(xp, a, r, x, penalty)
+
+
+def array_api_column_objective(xp, a, r, x, penalty):
+    """:func:`column_objective` in array-API calls (any backend and float dtype)."""
     h = penalty.value(x)
     f = xp.sum(h, axis=0)
     size = xp.sum(xp.abs(h), axis=0)
@@ -225,6 +234,14 @@ def kkt_residual(a, r, x, penalty):
     a = xp.astype(a, xp.float64, copy=False)
     r = xp.astype(r, xp.float64, copy=False)
     x = xp.astype(x, xp.float64, copy=False)
+    host = host_terms(a, r, x, penalty)  # host arrays: one compiled pass
+    if host is not None:
+        return host[2]
+    return array_api_kkt_residual(xp, a, r, x, penalty)
+
+
+def array_api_kkt_residual(xp, a, r, x, penalty):
+    """:func:`kkt_residual` of float64 arrays in array-API calls (any backend)."""
     ax = xp.matmul(a, x)
     g = ax + r
     d = xp.diagonal(a)
@@ -520,9 +537,15 @@ def finish_columns(
 
         locked = x_in == 0
         pen_s = row_scaled_penalty(Box(penalty.lb, penalty.ub), s_host)
-    faces = Faces(xp, pen_s, n)
     solver = FaceSolver(xp, a_s, "direct" if method == "active_set" else method)
-    y_start = faces.project(x_in / s)  # x0 may lie outside the bounds
+    # x0 may lie outside the bounds.  The face tables cost ~0.1 ms (a tenth of a small
+    # NNLS call): the active set builds them only for its fallback below
+    if method == "active_set":
+        faces = None
+        y_start = np.maximum(x_in / s, 0.0)  # NNLS: the bounds are [0, inf)
+    else:
+        faces = Faces(xp, pen_s, n)
+        y_start = faces.project(x_in / s)
     if method == "active_set":
         # NNLS on the host, small n: Lawson & Hanson per column, in Numba
         yf, ok, iterations = nnls_active_set(a_s, -r_s, y_start, threads=threads)
@@ -557,6 +580,7 @@ def finish_columns(
             y_in_c,
         )
         lc = None if locked is None else locked[:, cols]
+        faces = faces if faces is not None else Faces(xp, pen_s, n)
         ya, _, active_iters = active_set(
             a_s, r_s[:, cols], start, faces.states(start), faces, solver, locked=lc
         )
@@ -581,6 +605,7 @@ def finish_columns(
         xs = x_out[:, todo]
         if sweep is not None:
             xs = xp.astype(sweep(xp.astype(xs, x.dtype), todo, fallback_sweeps), xp.float64)
+        faces = faces if faces is not None else Faces(xp, pen_s, n)
         ys = projected_face_step(a_s, r_s[:, todo], xs / s, pen_s, faces, solver)
         xs = ys * s
         x_out[:, todo] = xs
