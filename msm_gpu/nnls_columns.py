@@ -550,7 +550,7 @@ def nnls_active_set(G, P, X0=None, *, tol=1e-12, max_iter=None, threads=None):
     # a few face solves of (n/2)^3/6 flops per column: the work that decides the threads
     flops = 4.0 * c * (n**3 / 48.0 + n * n)
     n_threads = sweep_threads(flops, c, thread_cap(threads))
-    chunks = min(c, 8 * n_threads)
+    chunks = 1 if n_threads == 1 else min(c, 8 * n_threads)  # one call per range
     bounds = np.linspace(0, c, chunks + 1).astype(np.int64)
 
     def one(k):
