@@ -99,7 +99,7 @@ def test_strided_views_give_the_same_terms(rng):
     views = (np.asfortranarray(a), r[:, ::3], x[:, ::3])
     want = host_terms(a, np.ascontiguousarray(r[:, ::3]), x[:, cols], mg.L1(0.3))
     got = host_terms(*views, mg.L1(0.3))
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g, w)
     zero = np.zeros((12, 8))[:, ::2]  # a strided cold start
     np.testing.assert_array_equal(host_terms(a, r[:, ::3], zero, mg.NonNeg())[0], 0.0)
