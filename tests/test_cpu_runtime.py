@@ -399,26 +399,29 @@ def test_numba_cache_dir_of_the_user_is_respected(tmp_path):
     assert out[1] == "''"  # Numba's global setting is restored for other libraries
 
 
-@pytest.mark.parametrize("panel", [1, 3, 4, 7, 10, 12])
-def test_fold_matrix_matches_its_definition(panel):
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize(("n", "panel"), [(10, p) for p in (1, 3, 4, 7, 10, 12)] + [(203, 8)])
+def test_fold_matrix_matches_its_definition(n, panel, dtype, order):
     # base.fold_matrix: strictly lower part of every diagonal panel block zeroed, the
-    # diagonal replaced by C; everything else is A (brute force, entry by entry)
+    # diagonal replaced by C (in A's dtype); everything else is A (brute force, entry by
+    # entry); a C-ordered copy whatever A's layout
     from msm_gpu.backends.base import fold_matrix
 
     rng = np.random.default_rng(panel)
-    n = 10
     a = rng.normal(size=(n, n))
-    a = a + a.T
+    a = np.asarray(a + a.T, dtype=dtype, order=order)
     c_diag = rng.normal(size=n)
     before = a.copy()
     folded = fold_matrix(a, c_diag, panel)
-    want = a.copy()
+    want = np.array(a, dtype=dtype)
     for i in range(n):
         for j in range(n):
             if i == j:
                 want[i, j] = c_diag[i]
             elif i > j and i // panel == j // panel:
                 want[i, j] = 0.0
+    assert folded.dtype == dtype and folded.flags.c_contiguous
     np.testing.assert_array_equal(folded, want)
     np.testing.assert_array_equal(a, before)
 
