@@ -47,9 +47,9 @@ def max_abs(x) -> float:
 
 
 def host_float_stats(x):
-    """(all finite, max |x|, sum x^2 in float64) of a NumPy float array in one pass, or
-    None for anything else (sparse, CuPy, integers)."""
-    if not isinstance(x, np.ndarray) or x.dtype.kind != "f" or x.size == 0:
+    """(all finite, max |x|, sum x^2 in float64) of a NumPy float32 or float64 array in one
+    pass, or None for anything else (sparse, CuPy, integers, float16, longdouble)."""
+    if not isinstance(x, np.ndarray) or x.dtype not in (np.float32, np.float64) or x.size == 0:
         return None
     finite, biggest, squares = _float_stats(np.ravel(x, order="K"))
     return bool(finite), float(biggest), float(squares)

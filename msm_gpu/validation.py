@@ -8,7 +8,7 @@ from numbers import Integral, Real
 import numpy as np
 
 from .arrays import is_cupy, is_sparse, module_of, to_host
-from .input_stats import column_stats, psd_test_matrix, symmetry_stats
+from .input_stats import all_finite, column_stats, psd_test_matrix, symmetry_stats
 from .penalties import Penalty
 
 
@@ -62,6 +62,8 @@ def check_array(x, name, *, ndims=(1, 2), check_finite=True):
 
 def check_finite_values(x, name, finite=None):
     """Refuse NaN/Inf in the float array ``x``; ``finite``: the answer if already known."""
+    if finite is None:
+        finite = all_finite(x)  # NumPy float arrays: one compiled pass
     if finite is None:
         finite = bool(np.isfinite(x).all()) if not is_cupy(x) else bool(_cupy_finite(x))
     if not finite:

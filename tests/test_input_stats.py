@@ -128,3 +128,21 @@ def test_input_errors_keep_their_order():
         mg.solve(np.array([[1.0, 2.0], [0.0, 1.0]], dtype=np.float32), np.ones(2), mg.NonNeg())
     with pytest.raises(ValueError, match=r"A\[1, 1\] = -1 < 0"):
         mg.solve(np.diag([1.0, -1.0, -1.0]), np.ones(3), mg.NonNeg())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_all_finite_matches_numpy(rng, dtype):
+    x = rng.normal(size=(37, 53)).astype(dtype)
+    x[0, 0] = -0.0
+    assert ist.all_finite(x) is True
+    for bad in (np.nan, np.inf, -np.inf):
+        for where in ((0, 0), (36, 52), (17, 5)):
+            y = x.copy()
+            y[where] = bad
+            assert ist.all_finite(y) is False
+            assert ist.all_finite(np.asfortranarray(y)) is False
+            assert ist.all_finite(y[where[0]]) is False  # 1-D
+    # not handled (the caller takes NumPy's test): strided views, other dtypes, empty
+    assert ist.all_finite(x[:, ::2]) is None
+    assert ist.all_finite(x.astype(np.float16)) is None
+    assert ist.all_finite(np.zeros((0, 3), dtype)) is None

@@ -83,6 +83,36 @@ def test_nnls_accepts_array_likes(lsq, form):
 SPARSE_FORMS = [sp.csr_matrix, sp.csc_matrix, sp.coo_matrix, sp.lil_matrix, sp.csr_array]
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.longdouble], ids=["float16", "longdouble"])
+def test_float16_and_longdouble_inputs(lsq, quad, dtype):
+    # the one-pass kernels of input_stats compile for float32/float64 only: other float
+    # dtypes take the NumPy checks (working dtype float32 for float16 alone, else float64)
+    c, d, x_ref, _ = lsq
+    res = mg.nnls(c.astype(dtype), d.astype(dtype))
+    assert res.x.dtype == (np.float32 if dtype == np.float16 else np.float64)
+    # the answer of the data as rounded to dtype (SciPy on the same numbers)
+    c_in, d_in = c.astype(dtype).astype(np.float64), d.astype(dtype).astype(np.float64)
+    want = np.column_stack([scipy.optimize.nnls(c_in, d_in[:, j])[0] for j in range(d.shape[1])])
+    np.testing.assert_allclose(res.x, want, atol=1e-5 if dtype == np.float16 else 1e-10)
+    a, r, x_sol = quad
+    for kwargs in ({"A": a.astype(dtype)}, {"R": r.astype(dtype)}, {"x0": np.ones_like(r, dtype)}):
+        args = {"A": a, "R": r, **kwargs}
+        res = mg.solve(args["A"], args["R"], x0=kwargs.get("x0"))
+        assert res.converged and res.x.dtype == np.float64
+        if "x0" in kwargs:  # the same problem as quad's, only the start differs
+            np.testing.assert_allclose(res.x, x_sol, rtol=1e-5, atol=1e-8)
+    bad = r.astype(dtype)
+    bad[1, 1] = np.nan
+    with pytest.raises(ValueError, match="R contains NaN or Inf"):
+        mg.solve(a, bad)
+    with pytest.raises(ValueError, match="x0 contains NaN or Inf"):
+        mg.solve(a, r, x0=bad)
+    bad_a = a.astype(dtype)
+    bad_a[0, 0] = np.inf
+    with pytest.raises(ValueError, match="A contains NaN or Inf"):
+        mg.solve(bad_a, r)
+
+
 @pytest.mark.parametrize("make", SPARSE_FORMS, ids=lambda f: f.__name__)
 def test_nnls_and_least_squares_with_sparse_c_and_d(lsq, make):
     c, d, x_ref, f_ref = lsq
