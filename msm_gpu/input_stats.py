@@ -77,6 +77,29 @@ def _all_finite(flat):
     return probe == zero
 
 
+def finite_columns(x):
+    """Per column of a C-ordered 2-D NumPy float array: True where every entry is finite
+    (one pass, no n x r boolean temporary); None for anything else."""
+    if not _host_float(x) or x.ndim != 2 or not x.flags.c_contiguous:
+        return None
+    out = np.empty(x.shape[1], dtype=np.bool_)
+    _finite_columns(x, out)
+    return out
+
+
+@njit(nogil=True, fastmath={"reassoc"})
+def _finite_columns(x, out):
+    n, m = x.shape
+    zero = x.dtype.type(0)
+    probe = np.zeros(m, dtype=x.dtype)  # x * 0 summed down each column (see _all_finite)
+    for i in range(n):
+        row = x[i]
+        for c in range(m):
+            probe[c] += row[c] * zero
+    for c in range(m):
+        out[c] = probe[c] == zero
+
+
 def symmetry_stats(a):
     """(all finite, max |a|, max |a - a'|, min of the diagonal, where it is) of a square
     NumPy float array, or None for anything else; ``max |a - a'|`` in a's dtype, as

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .arrays import module_of, to_host
+from .input_stats import finite_columns
 from .result import IterationInfo
 
 
@@ -307,7 +308,8 @@ def _host_history(history):
 
 
 def _finite_columns(x):
-    return module_of(x).isfinite(x).all(axis=0)
+    host = finite_columns(x)  # NumPy: one compiled pass
+    return host if host is not None else module_of(x).isfinite(x).all(axis=0)
 
 
 def _isfinite(values):

@@ -146,3 +146,16 @@ def test_all_finite_matches_numpy(rng, dtype):
     assert ist.all_finite(x[:, ::2]) is None
     assert ist.all_finite(x.astype(np.float16)) is None
     assert ist.all_finite(np.zeros((0, 3), dtype)) is None
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_finite_columns_matches_numpy(rng, dtype):
+    x = rng.normal(size=(29, 41)).astype(dtype)
+    x[3, 7] = np.nan
+    x[28, 40] = np.inf
+    x[0, 0] = -np.inf
+    x[5, 9] = -0.0
+    np.testing.assert_array_equal(ist.finite_columns(x), np.isfinite(x).all(axis=0))
+    assert ist.finite_columns(x).sum() == 41 - 3
+    assert ist.finite_columns(np.asfortranarray(x)) is None  # NumPy's test then
+    assert ist.finite_columns(x[:, 0]) is None
