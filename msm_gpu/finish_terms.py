@@ -40,64 +40,89 @@ def host_terms(a, r, x, penalty, *, kkt=True):
     f = np.empty(c)
     size = np.empty(c)
     res = np.empty(c) if kkt else f[:0]
-    _column_terms(a, ax, r, x, penalty.code, params, f, size, res, kkt)
+    # two kernels: NNLS compiles only the box one (first call 0.8 s, where one kernel with
+    # both loops took 1.6)
+    kernel = _box_terms if penalty.code == CODE_BOX else _prox_terms
+    kernel(a, ax, r, x, penalty.code, params, f, size, res, kkt)
     return f, size, (res if kkt else None)
 
 
+@njit(inline="always")
+def _start(a, c, f, size):
+    """The residual's diagonal floor (zero columns of C); F and size zeroed; the zeroed
+    sums of the residual's numerator and denominators."""
+    d_max = 0.0
+    for j in range(a.shape[0]):
+        d_max = max(d_max, abs(a[j, j]))
+    f[:] = 0.0
+    size[:] = 0.0
+    return 1e-300 + np.finfo(np.float64).eps * d_max, np.zeros(c), np.zeros(c), np.zeros(c)
+
+
+@njit(inline="always")
+def _finish(num, den_ax, den_r, kkt, with_kkt):
+    """The relative residual of every column from its sums (``with_kkt``)."""
+    if with_kkt:
+        for col in range(num.shape[0]):
+            den = math.sqrt(den_ax[col]) + math.sqrt(den_r[col])
+            top = math.sqrt(num[col])
+            kkt[col] = top / den if den > 0 else top
+
+
 @njit(nogil=True)
-def _column_terms(a, ax, r, x, code, params, f, size, kkt, with_kkt):
-    """F_c = sum_j h(x_jc) + x_jc (1/2 (A x)_jc + r_jc) and the sum of the terms' absolute
-    values per column c; with ``with_kkt`` the relative KKT residual of
+def _box_terms(a, ax, r, x, code, params, f, size, kkt, with_kkt):
+    """Per column c: F_c = sum_j h(x_jc) + x_jc (1/2 (A x)_jc + r_jc), the sum of the
+    terms' absolute values, and with ``with_kkt`` the relative KKT residual of
     :func:`msm_gpu.finish.kkt_residual`:
 
         || w b (x - prox_{h/b}(x - g/b)) || / (|| w A x || + || w r ||),  g = A x + r,
 
-    b = A_jj (a tiny floor where A_jj <= 0), w = 1 / sqrt(b), norms over the column."""
+    b = A_jj (a tiny floor where A_jj <= 0), w = 1 / sqrt(b), norms over the column.
+    The box penalty (``code`` unused): h and its prox written out as selects, so that the
+    loop vectorises (through prox_scalar's branches it ran 5-10x slower)."""
     n, c = x.shape
-    d_max = 0.0
+    floor, num, den_ax, den_r = _start(a, c, f, size)
     for j in range(n):
-        d_max = max(d_max, abs(a[j, j]))
-    floor = 1e-300 + np.finfo(np.float64).eps * d_max
-    num = np.zeros(c)
-    den_ax = np.zeros(c)
-    den_r = np.zeros(c)
-    f[:] = 0.0
-    size[:] = 0.0
+        lb, ub = params[j, 1], params[j, 2]
+        b = a[j, j] if a[j, j] > 0 else floor
+        w = 1.0 / math.sqrt(b)
+        xrow, axrow, rrow = x[j], ax[j], r[j]
+        for col in range(c):
+            xv, axv, rv = xrow[col], axrow[col], rrow[col]
+            hv = 0.0 if (xv >= lb) & (xv <= ub) else np.inf
+            quad = 0.5 * xv * axv
+            lin = xv * rv
+            f[col] += hv + (quad + lin)
+            size[col] += hv + (abs(quad) + abs(lin))
+            if with_kkt:
+                move = w * b * (xv - min(max(-(axv + rv - b * xv) / b, lb), ub))
+                num[col] += move * move
+                den_ax[col] += (w * axv) * (w * axv)
+                den_r[col] += (w * rv) * (w * rv)
+    _finish(num, den_ax, den_r, kkt, with_kkt)
+
+
+@njit(nogil=True)
+def _prox_terms(a, ax, r, x, code, params, f, size, kkt, with_kkt):
+    """:func:`_box_terms` for any penalty ``code``, through the sweeps' scalar h and prox."""
+    n, c = x.shape
+    floor, num, den_ax, den_r = _start(a, c, f, size)
     for j in range(n):
         lam, lb, ub, p = params[j, 0], params[j, 1], params[j, 2], params[j, 3]
         b = a[j, j] if a[j, j] > 0 else floor
         w = 1.0 / math.sqrt(b)
         xrow, axrow, rrow = x[j], ax[j], r[j]
-        if code == CODE_BOX:
-            # the same terms as below with h and its prox written out as selects, so that
-            # the loop vectorises (through prox_scalar's branches it ran 5-10x slower)
-            for col in range(c):
-                xv, axv, rv = xrow[col], axrow[col], rrow[col]
-                hv = 0.0 if (xv >= lb) & (xv <= ub) else np.inf
-                quad = 0.5 * xv * axv
-                lin = xv * rv
-                f[col] += hv + (quad + lin)
-                size[col] += hv + (abs(quad) + abs(lin))
-                if with_kkt:
-                    move = w * b * (xv - min(max(-(axv + rv - b * xv) / b, lb), ub))
-                    num[col] += move * move
-                    den_ax[col] += (w * axv) * (w * axv)
-                    den_r[col] += (w * rv) * (w * rv)
-        else:
-            for col in range(c):
-                xv, axv, rv = xrow[col], axrow[col], rrow[col]
-                hv = h_scalar(code, xv, lam, lb, ub, p)
-                quad = 0.5 * xv * axv
-                lin = xv * rv
-                f[col] += hv + (quad + lin)
-                size[col] += abs(hv) + (abs(quad) + abs(lin))
-                if with_kkt:
-                    move = w * b * (xv - prox_scalar(code, axv + rv - b * xv, b, lam, lb, ub, p)[0])
-                    num[col] += move * move
-                    den_ax[col] += (w * axv) * (w * axv)
-                    den_r[col] += (w * rv) * (w * rv)
-    if with_kkt:
         for col in range(c):
-            den = math.sqrt(den_ax[col]) + math.sqrt(den_r[col])
-            top = math.sqrt(num[col])
-            kkt[col] = top / den if den > 0 else top
+            xv, axv, rv = xrow[col], axrow[col], rrow[col]
+            hv = h_scalar(code, xv, lam, lb, ub, p)
+            quad = 0.5 * xv * axv
+            lin = xv * rv
+            f[col] += hv + (quad + lin)
+            size[col] += abs(hv) + (abs(quad) + abs(lin))
+            if with_kkt:
+                t = prox_scalar(code, axv + rv - b * xv, b, lam, lb, ub, p)[0]
+                move = w * b * (xv - t)
+                num[col] += move * move
+                den_ax[col] += (w * axv) * (w * axv)
+                den_r[col] += (w * rv) * (w * rv)
+    _finish(num, den_ax, den_r, kkt, with_kkt)
