@@ -13,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 
 from .backends.jit import njit
-from .scaling import host_float_stats
 
 #: The dtypes the kernels here compile for (float16 and longdouble take the NumPy path).
 KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -21,6 +20,30 @@ KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 def _host_float(x) -> bool:
     return isinstance(x, np.ndarray) and x.dtype in KERNEL_DTYPES and x.size > 0
+
+
+#: Columns of the 2-D view through which :func:`host_float_stats` reads a flat array:
+#: per-column sums vectorise, one scalar chain does not (200 x 10^4 float32: 1.7 -> 0.65 ms).
+STATS_COLUMNS = 256
+
+
+def host_float_stats(x):
+    """(all finite, max |x|, sum x^2 in float64) of a NumPy float32 or float64 array in one
+    pass, or None for anything else (sparse, CuPy, integers, float16, longdouble)."""
+    if not _host_float(x):
+        return None
+    flat = np.ravel(x, order="K")
+    whole = flat.size - flat.size % STATS_COLUMNS
+    finite, biggest, squares = True, 0.0, 0.0
+    # the whole rows of a (-1, STATS_COLUMNS) view, then the rest as one row
+    for part in (flat[:whole].reshape(-1, STATS_COLUMNS), flat[whole:].reshape(1, -1)):
+        if part.size:
+            sums = np.zeros(part.shape[1])
+            part_finite, part_biggest = _column_stats(part, sums)
+            finite = finite and bool(part_finite)
+            biggest = max(biggest, float(part_biggest))
+            squares += float(sums.sum())
+    return finite, biggest, squares
 
 
 def column_stats(x):

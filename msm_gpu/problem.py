@@ -18,10 +18,10 @@ import numpy as np
 from . import validation as v
 from .arrays import is_cupy, is_sparse, module_of, to_host
 from .backends import get_backend
+from .input_stats import host_float_stats
 from .scaling import (
     Scaling,
     exponent_of,
-    host_float_stats,
     ldexp,
     ldexp_float,
     max_abs,

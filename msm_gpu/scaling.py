@@ -23,7 +23,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from .arrays import aligned_empty, is_sparse, module_of
-from .backends.jit import njit
 from .penalties import CODE_BOX, CODE_L0, CODE_L1, CODE_LP
 
 
@@ -44,29 +43,6 @@ def max_abs(x) -> float:
     if np.dtype(x.dtype).kind == "f":  # two reductions, no |x| temporary (half the time)
         return max(float(x.max()), -float(x.min()))
     return float(module_of(x).abs(x).max())
-
-
-def host_float_stats(x):
-    """(all finite, max |x|, sum x^2 in float64) of a NumPy float32 or float64 array in one
-    pass, or None for anything else (sparse, CuPy, integers, float16, longdouble)."""
-    if not isinstance(x, np.ndarray) or x.dtype not in (np.float32, np.float64) or x.size == 0:
-        return None
-    finite, biggest, squares = _float_stats(np.ravel(x, order="K"))
-    return bool(finite), float(biggest), float(squares)
-
-
-@njit(nogil=True, fastmath={"reassoc"})  # reassociation: a vectorised sum of squares
-def _float_stats(flat):
-    finite = True
-    biggest = 0.0
-    squares = 0.0
-    for value in flat:
-        v = np.float64(value)
-        if not np.isfinite(v):
-            finite = False
-        biggest = max(biggest, abs(v))
-        squares += v * v
-    return finite, biggest, squares
 
 
 def ldexp(x, e: int):

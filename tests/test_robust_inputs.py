@@ -552,7 +552,7 @@ def test_scaled_dense_copy_is_the_cast_then_the_power_of_two(source, dtype, orde
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_one_pass_stats_of_d_match_numpy(rng, dtype):
-    from msm_gpu.scaling import host_float_stats
+    from msm_gpu.input_stats import host_float_stats
 
     d = rng.normal(size=(40, 30)).astype(dtype) * 1e3
     for x in (d, d[::2, 3:], d.T, d[:, 0]):  # contiguous, strided, transposed, 1-D
