@@ -84,7 +84,7 @@ def _column_stats(x, squares):
 
 def all_finite(x):
     """True when every entry of a NumPy float array is finite, in one pass without the
-    boolean temporary of ``np.isfinite(x).all()`` (200 x 1000 float32: 24 -> 9 us); None
+    boolean temporary of ``np.isfinite(x).all()`` (200 x 1000 float32: 24 -> 10 us); None
     for anything else (and for a strided view)."""
     if not _host_float(x) or not (x.flags.c_contiguous or x.flags.f_contiguous):
         return None

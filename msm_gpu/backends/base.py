@@ -31,7 +31,7 @@ def fold_matrix(a, c_diag, panel):
     """
     if isinstance(a, np.ndarray):
         # one compiled pass (small NMF half-steps call this often: at n = 200 with 8-row
-        # panels the NumPy version through a strided view of the blocks took 22 us, this 4)
+        # panels the NumPy version through a strided view of the blocks took 22 us, this 6)
         return _fold_host(a, np.asarray(c_diag, dtype=a.dtype), int(panel))
     from array_api_compat import array_namespace
 
