@@ -321,11 +321,15 @@ def _box_row(afold, y, solving, jj):
 def _add_panel_stats(q, stats, t0, clear):
     """``stats[:, t0:t0+W] += q`` (a panel's sums, float64 totals); then ``q = 0`` with
     ``clear`` (sums accumulated in q, :func:`_box_row`)."""
+    W = q.shape[1]
     for s in range(4):
-        for col in range(q.shape[1]):
-            stats[s, t0 + col] += q[s, col]
-            if clear:
-                q[s, col] = 0
+        for w in range(0, W, VEC_BYTES // 8):
+            vstore(stats, s, t0 + w, vadd(vload(stats, s, t0 + w), vload_wide(q, s, w)))
+    if clear:
+        zero = vzero(q)
+        for s in range(4):
+            for w in range(0, W, VEC_BYTES // q.itemsize):
+                vstore(q, s, w, zero)
 
 
 @njit
