@@ -242,6 +242,44 @@ def test_sweep_state_plans_ranges_for_its_dtype(dtype, monkeypatch):
     assert seen and all(args[4] == np.dtype(dtype).itemsize for args in seen)
 
 
+def test_head_start_widens_the_callers_range_by_the_pool_start_delay(monkeypatch):
+    monkeypatch.setattr(cpu, "start_delay", lambda: 30e-6)
+    halves = [(0, 512), (512, 1000)]
+    # 30 us at 1 us a column: 30 columns, in whole tiles of 32
+    assert cpu.head_start(halves, 32, 1e-6) == [(0, 544), (544, 1000)]
+    assert cpu.head_start(halves, 1, 1e-6) == [(0, 542), (542, 1000)]
+    assert cpu.head_start(halves, 32, 3e-6) == halves  # 10 columns: no whole tile
+    quarters = [(0, 256), (256, 512), (512, 752), (752, 1000)]
+    assert cpu.head_start(quarters, 16, 1e-6) == [(0, 288), (288, 512), *quarters[2:]]
+    # not measured yet, or one range: unchanged
+    assert cpu.head_start(halves, 32, None) == halves
+    assert cpu.head_start([(0, 1000)], 1, 1e-6) == [(0, 1000)]
+    # a wake-up outlier moves at most half of the second range
+    monkeypatch.setattr(cpu, "start_delay", lambda: 1.0)
+    assert cpu.head_start(halves, 32, 1e-6) == [(0, 736), (736, 1000)]
+    assert cpu.head_start(halves, 1, 1e-6) == [(0, 756), (756, 1000)]
+
+
+def test_start_delay_is_the_median_of_the_recent_jobs(monkeypatch):
+    monkeypatch.setattr(threads, "_START_DELAYS", [])
+    assert threads.start_delay() == 0.0
+    for _ in range(threads.START_DELAY_SAMPLES - 1):
+        threads._note_start_delay(20e-6)
+    threads._note_start_delay(5e-3)  # a VM's rare late wake-up
+    assert threads.start_delay() == 20e-6
+    for _ in range(threads.START_DELAY_SAMPLES):
+        threads._note_start_delay(40e-6)  # only the last samples count
+    assert threads.start_delay() == 40e-6
+
+
+def test_run_ranges_measures_how_late_the_pool_starts(monkeypatch):
+    monkeypatch.setattr(threads, "_START_DELAYS", [])
+    threads.run_ranges(lambda i: time.sleep(0.002), 4, 2)
+    assert 0.0 < threads.start_delay() < 1.0
+    threads.run_ranges(lambda i: None, 3, 1)  # one thread: no pool, nothing measured
+    assert len(threads._START_DELAYS) == 1
+
+
 def test_small_work_runs_on_one_thread():
     assert threads.sweep_threads(2.0 * 100 * 100 * 50, 2, 8) == 1  # README example
     assert threads.sweep_threads(2.0 * 1000 * 1000 * 4096, 16, 2) == 2
