@@ -18,7 +18,7 @@ import numpy as np
 from . import validation as v
 from .arrays import is_cupy, is_sparse, module_of, to_host
 from .backends import get_backend
-from .input_stats import host_float_stats
+from .input_stats import all_finite, host_float_stats
 from .scaling import (
     Scaling,
     exponent_of,
@@ -300,8 +300,9 @@ def user_outcome(problem, out):
     fun = scaling.fun_to_user(out.fun)
     converged = out.converged_columns.copy()
     message = out.message
-    x_mod = module_of(x_user)
-    x_finite = bool(x_mod.isfinite(x_user).all())
+    x_finite = all_finite(x_user)  # NumPy: one compiled pass
+    if x_finite is None:
+        x_finite = bool(module_of(x_user).isfinite(x_user).all())
     if not (x_finite and math.isfinite(fun)):
         converged[:] = False
         if not out.diverged:

@@ -381,6 +381,43 @@ def test_never_converged_with_non_finite_values():
     assert not res.converged and not res.converged_columns.any()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("bad", [np.inf, np.nan])
+def test_user_outcome_never_calls_a_non_finite_x_converged(dtype, bad):
+    # the last test before the result: x in the user's units (here an entry the loop
+    # would have refused, planted to reach the check), C- and Fortran-ordered and strided
+    from msm_gpu.loop import LoopOutcome
+
+    a = np.eye(3, dtype=dtype)
+    prep = problem.prepare_solve(a, -np.ones((3, 4), dtype=dtype), mg.NonNeg(), None, "cpu")
+    for layout in ("C", "F", "strided"):
+        x = (
+            np.ones((3, 8), dtype=dtype)[:, ::2]
+            if layout == "strided"
+            else np.ones((3, 4), dtype=dtype, order=layout)
+        )
+        x[1, 2] = bad
+        out = LoopOutcome(
+            x=x,
+            fun_columns=np.zeros(4),
+            fun=0.0,
+            n_iter=1,
+            converged_columns=np.ones(4, dtype=bool),
+            n_iter_columns=np.ones(4, dtype=int),
+            message="converged",
+            objective=np.zeros(1),
+            timings={},
+            info={},
+            diverged=False,
+        )
+        user = problem.user_outcome(prep, out)
+        assert not user["converged_columns"].any(), layout
+        assert "x is not finite" in user["message"], layout
+        x[1, 2] = 1.0
+        user = problem.user_outcome(prep, out)
+        assert user["converged_columns"].all(), layout
+
+
 # -- verbose, the exported error, the demo's folder, the design notes ----------------------
 
 
