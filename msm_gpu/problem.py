@@ -127,8 +127,7 @@ def prepare_solve(
     psd_known = known_psd
     if not known_psd and check_psd and (n <= PSD_CHECK_MAX_N or any_size):
         if dtype not in passed:
-            with be.limit_host_blas():  # no BLAS pool spinning against Numba's (design.md)
-                v.check_psd(a, "A", input_dtype=dtype, scale_exponent=e_a)
+            v.check_psd(a, "A", input_dtype=dtype, scale_exponent=e_a)  # serial LAPACK
             VERIFIED_A.remember(A, dtype, passed)
         psd_known = True
     r = _scaled_dense_on(be, R, dtype, "R", -e_r)

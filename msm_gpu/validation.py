@@ -235,11 +235,21 @@ class VerifiedMatrix:
 def _cholesky_succeeds(mod, h):
     """True when the Cholesky factorization of the symmetric float64 ``h`` (Fortran order,
     overwritten) succeeds.  NumPy: SciPy's LAPACK ``dpotrf`` in place (NumPy's own
-    ``cholesky`` took 1.2x as long at n = 200 and 2.8x at n = 400)."""
+    ``cholesky`` took 1.2x as long at n = 200 and 2.8x at n = 400), on one thread.
+
+    Threaded, OpenBLAS leaves its threads spinning for ~0.1 s after the call, on the
+    CPUs the sweeps that follow need (a 10-iteration 200 x 1000 float32 solve right
+    after it: 8.4 -> 9.9 ms); one thread factors as fast at this size (n = 200: 139 vs
+    148 us).  ``serial_numba_blas`` switches SciPy's OpenBLAS, the one ``dpotrf`` runs
+    on, for ~2 us, where a threadpoolctl limiter over every BLAS took 15 us alone and
+    54 us inside a solve."""
     if mod is np:
         from scipy.linalg import lapack
 
-        _, info = lapack.dpotrf(h, lower=1, clean=0, overwrite_a=1)
+        from .backends.threads import serial_numba_blas
+
+        with serial_numba_blas():
+            _, info = lapack.dpotrf(h, lower=1, clean=0, overwrite_a=1)
         return info == 0
     try:
         factor = mod.linalg.cholesky(h)

@@ -280,6 +280,35 @@ def test_run_ranges_measures_how_late_the_pool_starts(monkeypatch):
     assert len(threads._START_DELAYS) == 1
 
 
+def test_psd_test_factors_on_one_blas_thread_and_restores_it(monkeypatch):
+    # a threaded dpotrf leaves OpenBLAS threads spinning beside the sweeps that follow
+    from scipy.linalg import lapack
+
+    from msm_gpu import validation
+
+    controllers = threads._numba_blas_controllers()
+    saved = [c.num_threads for c in controllers]
+    seen = []
+    real = lapack.dpotrf
+
+    def spy(*args, **kwargs):
+        seen.append([c.num_threads for c in controllers])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lapack, "dpotrf", spy)
+    try:
+        for ctl in controllers:
+            ctl.set_num_threads(2)
+        rng = np.random.default_rng(0)
+        g = rng.uniform(size=(50, 40))
+        validation.check_psd(g.T @ g)
+        assert seen == [[1] * len(controllers)]
+        assert [c.num_threads for c in controllers] == [2] * len(controllers)
+    finally:
+        for ctl, n in zip(controllers, saved, strict=True):
+            ctl.set_num_threads(n)
+
+
 def test_small_work_runs_on_one_thread():
     assert threads.sweep_threads(2.0 * 100 * 100 * 50, 2, 8) == 1  # README example
     assert threads.sweep_threads(2.0 * 1000 * 1000 * 4096, 16, 2) == 2
