@@ -260,6 +260,26 @@ def test_head_start_widens_the_callers_range_by_the_pool_start_delay(monkeypatch
     assert cpu.head_start(halves, 1, 1e-6) == [(0, 756), (756, 1000)]
 
 
+def test_head_start_keeps_its_measurement_when_columns_retire(monkeypatch):
+    # the measured time per column belongs to the kind of call, not to one plan: after a
+    # retirement (a new width, a new plan) the next sweep still gets its head start
+    monkeypatch.setattr(threads, "MIN_FLOPS_PER_THREAD", 1.0)  # two threads even when small
+    seen = []
+    real = cpu.head_start
+    monkeypatch.setattr(cpu, "head_start", lambda b, al, p: seen.append(p) or real(b, al, p))
+    a, rhs = _problem(40, 300, np.float64)
+    state = _state(a, rhs, np.zeros_like(rhs), mg.NonNeg())
+    state.max_threads = 2
+    state.sweep()
+    state.sweep()
+    keep = np.ones(300, dtype=bool)
+    keep[::3] = False
+    state.retire(keep)
+    state.sweep()
+    assert seen[0] is None  # nothing measured before the first sweep
+    assert all(p is not None and p > 0 for p in seen[1:]) and len(seen) == 3
+
+
 def test_start_delay_is_the_median_of_the_recent_jobs(monkeypatch):
     monkeypatch.setattr(threads, "_START_DELAYS", [])
     assert threads.start_delay() == 0.0

@@ -131,7 +131,7 @@ class CpuSweepState(SweepState):
         self.active = np.arange(self._x.shape[1])
         self._serial_blas = None
         self._plans = {}
-        self._column_time = {}  # plan key -> a thread's seconds per column (averaged)
+        self._column_time = {}  # (flops per column, align) -> a thread's seconds per column
         self.max_threads = None
         self._use(self._x, self._r_full)
 
@@ -170,13 +170,16 @@ class CpuSweepState(SweepState):
         if len(bounds) == 1:
             fn(*bounds[0])
             return
-        bounds = head_start(bounds, align, self._column_time.get(key))
+        # per kind of call (its flops per column), not per plan: the plan changes with
+        # every retirement of columns, a column's cost does not
+        kind = (flops / m, align)
+        bounds = head_start(bounds, align, self._column_time.get(kind))
         started = time.perf_counter()
         run_ranges(lambda i: fn(*bounds[i]), len(bounds), threads)
         # a thread's time per column (waits included), for the next call's head start
         per_column = (time.perf_counter() - started) * threads / m
-        old = self._column_time.get(key)
-        self._column_time[key] = per_column if old is None else 0.5 * (old + per_column)
+        old = self._column_time.get(kind)
+        self._column_time[kind] = per_column if old is None else 0.5 * (old + per_column)
 
     def sweep(self):
         afold, b_diag, code, table = self._afold, self._b_diag, self._code, self._table
