@@ -579,11 +579,14 @@ def finish_columns(
             yf[:, cols],
             y_in_c,
         )
-        lc = None if locked is None else locked[:, cols]
-        faces = faces if faces is not None else Faces(xp, pen_s, n)
-        ya, _, active_iters = active_set(
-            a_s, r_s[:, cols], start, faces.states(start), faces, solver, locked=lc
-        )
+        if _tail_on_host(solver, pen_s, locked, n):
+            ya, active_iters = _host_active_set(xp, a_s, r_s[:, cols], start, threads)
+        else:
+            lc = None if locked is None else locked[:, cols]
+            faces = faces if faces is not None else Faces(xp, pen_s, n)
+            ya, _, active_iters = active_set(
+                a_s, r_s[:, cols], start, faces.states(start), faces, solver, locked=lc
+            )
         yf[:, cols] = ya
     xf = yf * s
     if not penalty.is_convex:
@@ -619,6 +622,33 @@ def finish_columns(
     else:
         x_out = xp.where(keep[None, :], x_out, x_in)
     return x_out, info
+
+
+def _tail_on_host(solver, penalty, locked, n):
+    """Whether the columns a GPU's pivoting left unfinished go to the host active set.
+
+    On a GPU every active-set step is a batched face solve of a few columns, its cost
+    fixed by kernel launches and Python (~4 ms on an H100/H200), and the stragglers of an
+    ill-conditioned batch take tens of steps: spectra 300 x 60, r = 2000 spent 0.15 s of
+    a 0.19 s call there (``benchmarks/bench_gpu_nnls.py``).  Lawson & Hanson per column
+    on the host (:func:`msm_gpu.nnls_columns.nnls_active_set`) takes microseconds per
+    column at these n and needs only A (n x n) and the stragglers' columns copied.  NNLS
+    with factorised faces (n <= :data:`DIRECT_MAX_N_DEVICE`) only: above it a column's
+    host solves cost O(n^3) and the GPU's CG faces were not measured against them."""
+    return (
+        not solver.on_host
+        and solver.method == "direct"
+        and locked is None
+        and n <= DIRECT_MAX_N_DEVICE
+        and _is_nonnegativity(penalty)
+    )
+
+
+def _host_active_set(xp, a, r, start, threads):
+    """NNLS min 1/2 y'Ay + y'r, y >= 0, per column from ``start`` on the host; the answer
+    back in ``xp`` and the most iterations of any column."""
+    y, _, iterations = nnls_active_set(to_host(a), -to_host(r), to_host(start), threads=threads)
+    return xp.asarray(y), int(iterations.max(initial=0))
 
 
 def _is_nonnegativity(penalty):

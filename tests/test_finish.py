@@ -471,6 +471,96 @@ def test_face_method_per_backend():
 # -- GPU --------------------------------------------------------------------------------------
 
 
+def _gaussian_peaks(rng, m=300, n=60, r=200):
+    """Overlapping Gaussian peaks (benchmarks/bench_nnls.py "spectra"): ill-conditioned,
+    so the pivoting leaves some columns unfinished after its rounds."""
+    t = np.linspace(0, 1, m)[:, None]
+    c = np.exp(-0.5 * ((t - np.linspace(0.02, 0.98, n)) / 0.02) ** 2)
+    x = np.abs(rng.normal(size=(n, r))) * (rng.uniform(size=(n, r)) < 0.3)
+    return c, c @ x + 0.01 * rng.normal(size=(m, r))
+
+
+class _DeviceLikeSolver(finish.FaceSolver):
+    """The device road (array-API pivoting and active set) on NumPy arrays."""
+
+    def __init__(self, xp, a, method):
+        super().__init__(xp, a, method)
+        self.on_host = False
+
+
+@pytest.mark.parametrize("tail_on_host", [True, False])
+def test_device_road_stragglers_match_scipy(rng, monkeypatch, tail_on_host):
+    """The columns the pivoting leaves go to the host active set (GPU NNLS, factorised
+    faces) or stay in the array-API active set: both reach SciPy's answer, and only the
+    stragglers are copied to the host."""
+    monkeypatch.setattr(finish, "FaceSolver", _DeviceLikeSolver)
+    if not tail_on_host:
+        monkeypatch.setattr(finish, "_tail_on_host", lambda *args: False)
+    sizes = []
+    real = finish.nnls_active_set
+
+    def spy(g, p, x0=None, **kw):
+        sizes.append(p.shape[1])
+        return real(g, p, x0, **kw)
+
+    monkeypatch.setattr(finish, "nnls_active_set", spy)
+    c, d = _gaussian_peaks(rng)
+    a, r = c.T @ c, -(c.T @ d)
+    x, info = finish.finish_columns(a, r, np.zeros_like(r), mg.NonNeg(), method="direct", tol=1e-6)
+    assert info["finish_rounds"] == finish.MAX_ROUNDS  # the pivoting did leave columns
+    if tail_on_host:
+        assert len(sizes) == 1 and 0 < sizes[0] < r.shape[1]
+        # the pivoting's solves alone (its start and one per round): none after it
+        assert info["finish_face_solves"] == finish.MAX_ROUNDS + 1
+    else:
+        assert sizes == [] and info["finish_face_solves"] > finish.MAX_ROUNDS + 1
+    ref = np.column_stack([scipy.optimize.nnls(c, d[:, k])[0] for k in range(d.shape[1])])
+
+    def f_columns(v):
+        return 0.5 * np.sum(v * (a @ v), axis=0) + np.sum(v * r, axis=0)
+
+    f, f_ref = f_columns(x), f_columns(ref)
+    assert np.all(f <= f_ref + 1e-12 * np.abs(f_ref))
+    np.testing.assert_allclose(x, ref, rtol=0, atol=1e-8 * np.abs(ref).max())
+
+
+def test_tail_on_host_only_for_device_nnls_with_factorised_faces(rng):
+    a = random_psd(rng, 8)
+    n_dev = finish.DIRECT_MAX_N_DEVICE
+    device = _DeviceLikeSolver(np, a, "direct")
+    host = finish.FaceSolver(np, a, "direct")
+    cg = _DeviceLikeSolver(np, a, "cg")
+    locked = np.zeros((8, 3), dtype=bool)
+    nonneg = mg.NonNeg()
+    assert finish._tail_on_host(device, nonneg, None, 8)
+    assert finish._tail_on_host(device, mg.Box(0.0, np.inf), None, n_dev)
+    assert not finish._tail_on_host(device, nonneg, None, n_dev + 1)
+    assert not finish._tail_on_host(host, nonneg, None, 8)
+    assert not finish._tail_on_host(cg, nonneg, None, 8)
+    assert not finish._tail_on_host(device, nonneg, locked, 8)  # the L0/Lp polish
+    assert not finish._tail_on_host(device, mg.Box(0.0, 1.0), None, 8)
+    assert not finish._tail_on_host(device, mg.L1(0.5), None, 8)
+
+
+@pytest.mark.gpu
+def test_finish_on_cupy_hands_its_stragglers_to_the_host(rng):
+    from msm_gpu.backends.cuda import cuda_unavailable_reason
+
+    reason = cuda_unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"no usable CUDA GPU: {reason}")
+    import cupy
+
+    c, d = _gaussian_peaks(rng, r=400)
+    gpu = mg.nnls(cupy.asarray(c), cupy.asarray(d))
+    assert gpu.backend == "cuda" and gpu.info["finish_method"] == "direct" and gpu.converged
+    assert gpu.info["finish_rounds"] == finish.MAX_ROUNDS  # the pivoting left columns
+    # the pivoting's solves on the GPU (its start and one per round), the rest on the host
+    assert gpu.info["finish_face_solves"] == gpu.info["finish_rounds"] + 1
+    ref = np.column_stack([scipy.optimize.nnls(c, d[:, k])[0] for k in range(d.shape[1])])
+    np.testing.assert_allclose(gpu.x.get(), ref, rtol=0, atol=1e-8 * np.abs(ref).max())
+
+
 @pytest.mark.gpu
 def test_finish_on_cupy_with_cg_faces_matches_scipy(rng):
     from msm_gpu.backends.cuda import cuda_unavailable_reason
