@@ -524,6 +524,22 @@ def test_device_road_stragglers_match_scipy(rng, monkeypatch, tail_on_host):
     np.testing.assert_allclose(x, ref, rtol=0, atol=1e-8 * np.abs(ref).max())
 
 
+@pytest.mark.parametrize("method", ["direct", "cg"])
+def test_device_road_on_scipys_nnls_situations(monkeypatch, method):
+    """The finish a GPU runs (array-API pivoting, padded batched or CG face solves, the
+    host tail) on NumPy arrays, on every SciPy NNLS situation: SciPy's objective."""
+    monkeypatch.setattr(finish, "FaceSolver", _DeviceLikeSolver)
+    monkeypatch.setattr(finish, "face_method", lambda *args, **kwargs: method)
+    for name in [*sorted(SCIPY_CASES), "test_nnls_gh20302"]:
+        for c, d, x_ref in _scipy_problems(name):
+            res = mg.nnls(c, d)
+            assert res.info["finish_method"] == method
+            f = 0.5 * np.sum((c @ res.x - d) ** 2)
+            f_ref = 0.5 * np.sum((c @ x_ref - d) ** 2)
+            assert f - f_ref <= 1e-12 * max(f_ref, 1e-12 * 0.5 * float(d @ d)), name
+            assert res.converged and np.all(res.x >= 0), name
+
+
 def test_tail_on_host_only_for_device_nnls_with_factorised_faces(rng):
     a = random_psd(rng, 8)
     n_dev = finish.DIRECT_MAX_N_DEVICE
