@@ -540,6 +540,19 @@ def test_device_road_on_scipys_nnls_situations(monkeypatch, method):
             assert res.converged and np.all(res.x >= 0), name
 
 
+@pytest.mark.parametrize("penalty", [mg.Box(0.0, 0.3), mg.L1(0.5), mg.NonNegL1(0.5)])
+def test_device_road_other_penalties_match_the_host(rng, monkeypatch, penalty):
+    """Box and l1 faces through the GPU's finish (on NumPy arrays) reach the host's F."""
+    c = np.abs(rng.normal(size=(60, 40)))
+    a, r = c.T @ c, -(c.T @ np.abs(rng.normal(size=(60, 300))))
+    host = mg.solve(a, r, penalty)
+    monkeypatch.setattr(finish, "FaceSolver", _DeviceLikeSolver)
+    device = mg.solve(a, r, penalty)
+    assert device.converged and host.converged
+    assert device.fun <= host.fun + 1e-12 * abs(host.fun)
+    np.testing.assert_allclose(device.x, host.x, rtol=0, atol=1e-8 * np.abs(host.x).max())
+
+
 def test_tail_on_host_only_for_device_nnls_with_factorised_faces(rng):
     a = random_psd(rng, 8)
     n_dev = finish.DIRECT_MAX_N_DEVICE
