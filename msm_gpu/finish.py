@@ -628,12 +628,14 @@ def _tail_on_host(solver, penalty, locked, n):
     """Whether the columns a GPU's pivoting left unfinished go to the host active set.
 
     On a GPU every active-set step is a batched face solve of a few columns, its cost
-    fixed by kernel launches and Python (~4.5 ms on an H200), and the stragglers of an
-    ill-conditioned batch take tens of steps: spectra 300 x 60, r = 2000 (523 columns
-    left, 28 steps) spent 0.15 s of a 0.19 s call there (``benchmarks/bench_gpu_nnls.py``).
-    Lawson & Hanson per column on the host (:func:`msm_gpu.nnls_columns.nnls_active_set`)
-    takes microseconds per column at these n and needs only A (n x n) and the stragglers'
-    columns copied: that call 0.167 -> 0.066 s, the same objective (same H200, in turn).  NNLS
+    fixed by kernel launches and Python, and the stragglers of an ill-conditioned batch
+    take tens of steps: spectra 300 x 60, r = 2000 on an H200 (12 pivoting rounds, then 28
+    steps) spent 0.149 s of the 0.229 s call in them under the profiler
+    (``benchmarks/bench_gpu_nnls.py``; the same pivoting on NumPy arrays leaves 523 of the
+    2000 columns).  Lawson & Hanson per column on the host
+    (:func:`msm_gpu.nnls_columns.nnls_active_set`) needs only A (n x n) and those columns
+    copied: that call 0.167 -> 0.066 s, the same objective (same H200, in turn), so each
+    of the 28 GPU steps had cost at least 3.6 ms.  NNLS
     with factorised faces (n <= :data:`DIRECT_MAX_N_DEVICE`) only: above it a column's
     host solves cost O(n^3) and the GPU's CG faces were not measured against them."""
     return (
