@@ -4,8 +4,9 @@ Usage::
 
     python benchmarks/bench_contention.py [--quick] [--repeats 5] [--out benchmarks/out]
 
-Two solves (the README example: n = 100, r = 50, 1000 iterations; and n = 1000,
-r = 4096, 5 iterations), each with the default threads and with ``threads=1``, timed
+Three solves (the README example: n = 100, r = 50, 1000 iterations, one thread by
+default; n = 200, r = 1000, 50 iterations, whose sweeps run on the spinning team; and
+n = 1000, r = 4096, 5 iterations), each with the default threads and with ``threads=1``, timed
 alone ("idle") and while a neighbour process runs one of:
 
 * ``gemm``   a NumPy GEMM loop (OpenBLAS threads busy);
@@ -105,9 +106,17 @@ def large_problem():
     return a, -c.T @ rng.uniform(size=(1010, 4096)), np.abs(rng.normal(size=(1000, 4096))), 5
 
 
+def middle_problem():
+    rng = np.random.default_rng(0)
+    c = rng.uniform(size=(210, 200))
+    a = c.T @ c
+    return a, -c.T @ rng.uniform(size=(210, 1000)), np.abs(rng.normal(size=(200, 1000))), 50
+
+
 def cases(quick):
     out = [("README 100x50 x1000", readme_problem())]
     if not quick:
+        out.append(("200x1000 x50", middle_problem()))
         out.append(("1000x4096 x5", large_problem()))
     return out
 
@@ -174,7 +183,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     print(describe())
-    print(f"msm_gpu from {mg.__file__}; threads= option: {HAS_THREADS}")
+    spin = os.environ.get("MSM_GPU_SPIN", "1")
+    print(f"msm_gpu from {mg.__file__}; threads= option: {HAS_THREADS}; MSM_GPU_SPIN={spin}")
     print(f"load average before: {os.getloadavg()}")
     problems = cases(args.quick)
     for _, problem in problems:  # compile / warm up

@@ -264,6 +264,8 @@ def test_head_start_keeps_its_measurement_when_columns_retire(monkeypatch):
     # the measured time per column belongs to the kind of call, not to one plan: after a
     # retirement (a new width, a new plan) the next sweep still gets its head start
     monkeypatch.setattr(threads, "MIN_FLOPS_PER_THREAD", 1.0)  # two threads even when small
+    # the sleeping pool's sweeps (the spinning team's helpers start at once: no head start)
+    monkeypatch.setattr(cpu, "USE_TEAM", False)
     seen = []
     real = cpu.head_start
     monkeypatch.setattr(cpu, "head_start", lambda b, al, p: seen.append(p) or real(b, al, p))

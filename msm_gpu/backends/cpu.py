@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -9,6 +10,7 @@ import numpy as np
 from ..arrays import aligned_copy, is_cupy
 from . import cpu_kernels as _kernels
 from . import cpu_tiles as _tiles
+from . import sweep_team as _team
 from .base import N_STATS, Backend, SweepState, check_penalty_code, fold_matrix
 from .threads import run_ranges, serial_numba_blas, start_delay, sweep_threads, thread_cap
 
@@ -22,6 +24,13 @@ CHUNK_COLUMNS = 256
 #: columns, 0.11 with 2048 (n = 8: 0.53 vs 0.20; n = 64: 0.085 vs 0.071; n = 200: 0.056
 #: vs 0.054; float32 alike).
 CHUNK_ELEMENTS = 65536
+#: Environment variable: "0" turns the spinning team off (every parallel call then wakes
+#: the sleeping pool threads, as :func:`threads.run_ranges` does).
+SPIN_ENV = "MSM_GPU_SPIN"
+#: Parallel sweeps (:meth:`CpuSweepState.sweep`) on a :class:`sweep_team.SweepTeam`, whose
+#: pool threads spin between sweeps, where the CPU has the spin-wait hint; else (and for
+#: the first sweep's objective and the direct objective) :func:`threads.run_ranges`.
+USE_TEAM = _team.SPIN_SUPPORTED and os.environ.get(SPIN_ENV, "1").strip() != "0"
 #: Narrowest range worth splitting for.
 MIN_CHUNK_COLUMNS = 32
 
@@ -130,6 +139,7 @@ class CpuSweepState(SweepState):
         self._x = _iterate(x0, afold.dtype, x0_owned)
         self.active = np.arange(self._x.shape[1])
         self._serial_blas = None
+        self._team = None
         self._plans = {}
         self._column_time = {}  # (flops per column, align) -> a thread's seconds per column
         self.max_threads = None
@@ -147,15 +157,15 @@ class CpuSweepState(SweepState):
 
     def _use(self, y, rc):
         """Sweep ``y`` (n, m) with linear term ``rc`` from now on."""
+        self._close_team()  # it holds the old arrays
         self._y, self._rc = y, rc
         self._stats = np.zeros((N_STATS, y.shape[1]), dtype=np.float64)
 
     def _compact(self):
         return self._y is not self._x
 
-    def _run(self, fn, m, flops, align=1):
-        """``fn(c0, c1)`` over ranges of the columns 0..m-1, threads chosen from the work,
-        inner range boundaries multiples of ``align``."""
+    def _plan(self, m, flops, align):
+        """(column ranges, threads, ranges as an (k, 2) int64 array) of a call."""
         if self._serial_blas is None:
             # The kernels call SciPy's BLAS from several threads: BLAS itself must stay
             # serial, or the two thread pools fight (docs/design.md, "CPU sweep").  Kept
@@ -165,8 +175,14 @@ class CpuSweepState(SweepState):
         if key not in self._plans:
             afold = self._afold
             cap = thread_cap(self._max_threads)
-            self._plans[key] = plan(m, flops, cap, afold.shape[0], afold.dtype.itemsize, align)
-        bounds, threads = self._plans[key]
+            bounds, threads = plan(m, flops, cap, afold.shape[0], afold.dtype.itemsize, align)
+            self._plans[key] = bounds, threads, np.array(bounds, dtype=np.int64).reshape(-1, 2)
+        return self._plans[key]
+
+    def _run(self, fn, m, flops, align=1):
+        """``fn(c0, c1)`` over ranges of the columns 0..m-1, threads chosen from the work,
+        inner range boundaries multiples of ``align``."""
+        bounds, threads, _ = self._plan(m, flops, align)
         if len(bounds) == 1:
             fn(*bounds[0])
             return
@@ -180,6 +196,26 @@ class CpuSweepState(SweepState):
         per_column = (time.perf_counter() - started) * threads / m
         old = self._column_time.get(kind)
         self._column_time[kind] = per_column if old is None else 0.5 * (old + per_column)
+
+    def _sweep_on_team(self, m, flops):
+        """One sweep on the state's :class:`sweep_team.SweepTeam`; False (nothing done)
+        where the work is one thread's or the team is not used."""
+        if not USE_TEAM:
+            return False
+        bounds, threads, ranges = self._plan(m, flops, self._align)
+        if threads <= 1 or len(bounds) <= 1:
+            return False
+        if self._team is None:
+            args = (self._tiles, self._panel, self._afold, self._b_diag, self._code)
+            args += (self._table, self._rc, self._y, self._stats)
+            self._team = _team.SweepTeam(args)
+        self._team.sweep(ranges, threads)
+        return True
+
+    def _close_team(self):
+        if self._team is not None:
+            self._team.close()
+            self._team = None
 
     def sweep(self):
         afold, b_diag, code, table = self._afold, self._b_diag, self._code, self._table
@@ -196,7 +232,8 @@ class CpuSweepState(SweepState):
                 _kernels.sweep_columns(afold, b_diag, code, table, r, y, c0, c1, panel, stats)
 
         n, m = y.shape
-        self._run(one, m, 2.0 * n * n * m, self._align)
+        if not self._sweep_on_team(m, 2.0 * n * n * m):
+            self._run(one, m, 2.0 * n * n * m, self._align)
         return stats.copy()
 
     def sweep_with_objective(self):
@@ -269,6 +306,7 @@ class CpuSweepState(SweepState):
         )
 
     def close(self):
+        self._close_team()
         if self._serial_blas is not None:
             self._serial_blas.__exit__(None, None, None)
             self._serial_blas = None

@@ -1,0 +1,235 @@
+"""A state's sweeps on a team of threads that spin between sweeps instead of sleeping.
+
+Through :func:`threads.run_ranges` every parallel sweep wakes a sleeping pool thread.  On
+the project's 2-vCPU VMs that wake-up is an interrupt between virtual CPUs: the caller's
+queue ``put`` took ~18 us and the pool thread started 25-40 us after it, every sweep
+(profiled at 200 x 1000 float32, where a sweep is ~470 us).  A team's pool threads wait
+for the next sweep in compiled code, without the GIL, reading a shared word
+(:func:`help_sweeps`), for at most :data:`SPIN_SECONDS` after their last item: during a
+solve the next sweep comes 30-60 us after the last one ends, so no thread sleeps between
+sweeps, and after the solve the spinning stops on its own (or at once, :meth:`close`).
+
+The protocol, all in ``ctl`` (int64):
+
+* ``ctl[WORD]`` packs (generation, items, next item) of the current sweep.  The caller
+  writes the items' column ranges (``ctl[BOUNDS:]``), zeroes ``ctl[DONE]``, then stores
+  the word with a new generation (release).  Every thread, the caller included, takes
+  items by compare-and-swap on the word (:func:`_take_items`), so an item is swept once,
+  and a thread that comes late (descheduled, or still spinning up) takes none: the caller
+  never waits for a thread that has not started.  A thread holding an older generation
+  cannot take an item of a newer sweep (the generation is part of the word it swaps).
+* ``ctl[DONE]`` counts finished items; the caller returns when it reaches the count.
+* ``ctl[STOP]`` ends every helper's loop (:meth:`SweepTeam.close`).
+* ``running[k]`` is 1 while pool thread k is in (or queued for) the team's loop.
+
+The caller waits for the last items by spinning for at most :data:`WAIT_SECONDS`, then in
+Python with short sleeps (a helper that lost its CPU to another process does not keep
+the caller's CPU busy).  x86-64 only (:data:`atomics.SPIN_SUPPORTED`); elsewhere, and for
+work that one thread sweeps, the states use :func:`threads.run_ranges`.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .atomics import SPIN_SUPPORTED, aadd, acas, aload, astore, pause
+from .cpu_kernels import sweep_columns
+from .cpu_tiles import sweep_tiles
+from .jit import njit
+from .threads import _current_cpu, _pool
+
+__all__ = ["SPIN_SUPPORTED", "SweepTeam"]
+
+#: Indices into ``ctl``.
+WORD, DONE, STOP = 0, 1, 2
+#: ``ctl[BOUNDS + 2 i]``, ``ctl[BOUNDS + 2 i + 1]``: item i's columns c0, c1.
+BOUNDS = 4
+#: The word: generation << GEN_SHIFT | items << ITEMS_SHIFT | next item.
+GEN_SHIFT, ITEMS_SHIFT = 40, 20
+FIELD_MASK = (1 << 20) - 1
+GEN_MASK = (1 << 23) - 1
+#: Seconds a pool thread keeps spinning for the next sweep after its last item.
+SPIN_SECONDS = 300e-6
+#: Seconds the caller spins for the pool threads' last items before sleeping on them.
+WAIT_SECONDS = 500e-6
+#: The caller's sleep between looks at ``ctl[DONE]`` once it stopped spinning.
+SLEEP_SECONDS = 20e-6
+
+
+@njit(inline="always")
+def _sweep_item(tiles, panel, afold, b_diag, code, params, r, y, stats, c0, c1):
+    if tiles:
+        sweep_tiles(afold, b_diag, code, params, r, y, c0, c1, stats, stats, False)
+    else:
+        sweep_columns(afold, b_diag, code, params, r, y, c0, c1, panel, stats)
+
+
+@njit(inline="always")
+def _take_items(tiles, panel, afold, b_diag, code, params, r, y, stats, ctl, gen):
+    """Take and sweep items of generation ``gen`` until none is left."""
+    while True:
+        word = aload(ctl, WORD)
+        if (word >> GEN_SHIFT) != gen:
+            return
+        count = (word >> ITEMS_SHIFT) & FIELD_MASK
+        item = word & FIELD_MASK
+        if item >= count:
+            return
+        if acas(ctl, WORD, word, word + 1):
+            c0, c1 = ctl[BOUNDS + 2 * item], ctl[BOUNDS + 2 * item + 1]
+            _sweep_item(tiles, panel, afold, b_diag, code, params, r, y, stats, c0, c1)
+            aadd(ctl, DONE, 1)
+
+
+@njit(nogil=True)
+def help_sweeps(
+    tiles, panel, afold, b_diag, code, params, r, y, stats, ctl, running, slot, seen, budget
+):
+    """A pool thread's loop: take items of every new generation (``seen``: the last one it
+    must not take), until ``budget`` spin-wait hints pass without one, or ``ctl[STOP]``."""
+    spins = 0
+    while aload(ctl, STOP) == 0:
+        gen = aload(ctl, WORD) >> GEN_SHIFT
+        if gen != seen:
+            _take_items(tiles, panel, afold, b_diag, code, params, r, y, stats, ctl, gen)
+            seen = gen
+            spins = 0
+        elif spins >= budget:
+            break
+        else:
+            spins += 1
+            pause()
+    astore(running, slot, 0)
+
+
+@njit(nogil=True)
+def lead_sweep(tiles, panel, afold, b_diag, code, params, r, y, stats, ctl, bounds, gen, budget):
+    """The caller: publish the sweep ``gen`` of the column ranges ``bounds`` (k, 2), take
+    items with the team, then spin until every item is done, for at most ``budget`` hints.
+    Returns True when every item is done (False: some are still running)."""
+    count = bounds.shape[0]
+    for i in range(count):
+        ctl[BOUNDS + 2 * i] = bounds[i, 0]
+        ctl[BOUNDS + 2 * i + 1] = bounds[i, 1]
+    astore(ctl, DONE, 0)
+    astore(ctl, WORD, (gen << GEN_SHIFT) | (count << ITEMS_SHIFT))
+    _take_items(tiles, panel, afold, b_diag, code, params, r, y, stats, ctl, gen)
+    spins = 0
+    while aload(ctl, DONE) < count:
+        if spins >= budget:
+            return False
+        spins += 1
+        pause()
+    return True
+
+
+@njit(nogil=True)
+def spin_hints(count):
+    """``count`` spin-wait hints (timed once to turn seconds into hints)."""
+    for _ in range(count):
+        pause()
+
+
+_HINTS_PER_SECOND = None
+
+
+def hints_per_second() -> float:
+    """Spin-wait hints per second on this CPU (PAUSE takes ~10 to ~150 cycles by model),
+    measured once per process."""
+    global _HINTS_PER_SECOND
+    if _HINTS_PER_SECOND is None:
+        spin_hints(10)  # compile / load
+        count = 20000
+        start = time.perf_counter()
+        spin_hints(count)
+        _HINTS_PER_SECOND = count / max(time.perf_counter() - start, 1e-6)
+    return _HINTS_PER_SECOND
+
+
+class _Spin:
+    """The job a pool thread runs from its queue: the team's loop (:func:`help_sweeps`)."""
+
+    __slots__ = ("args", "ctl", "running", "slot", "seen", "budget")
+
+    def __init__(self, team, slot, seen):
+        self.args, self.ctl, self.running = team.kernel_args, team.ctl, team.running
+        self.slot, self.seen, self.budget = slot, seen, team.spin_budget
+
+    def run(self, helper=False):
+        try:
+            help_sweeps(*self.args, self.ctl, self.running, self.slot, self.seen, self.budget)
+        except BaseException:  # pragma: no cover - the kernels check their input first
+            self.running[self.slot] = 0
+            raise
+
+
+class SweepTeam:
+    """The threads that sweep one state's iterate: the caller and pool threads spinning
+    between sweeps (see the module docstring).
+
+    ``kernel_args`` = (tiles, panel, afold, b_diag, code, params, r, y, stats): the sweep
+    kernel's arrays, fixed for the team's life (a state that changes them closes its team
+    and starts another).  ``spin_seconds`` / ``wait_seconds``: the helpers' and the
+    caller's spinning (tests shorten them).
+    """
+
+    def __init__(self, kernel_args, spin_seconds=SPIN_SECONDS, wait_seconds=WAIT_SECONDS):
+        self.kernel_args = tuple(kernel_args)
+        rate = hints_per_second()
+        self.spin_budget = int(spin_seconds * rate)
+        self._wait_budget = int(wait_seconds * rate)
+        pool = _pool()
+        self._cpus = list(pool)
+        self._queues = pool
+        self._gen = 0
+        self._new_arrays(64)
+        # compile (or load) the helpers' loop for these types here: compiled on a pool
+        # thread it could still be compiling when the interpreter exits (LLVM aborts)
+        stopped = np.zeros(BOUNDS, dtype=np.int64)
+        stopped[STOP] = 1
+        help_sweeps(*self.kernel_args, stopped, np.zeros(1, dtype=np.int64), 0, 0, 0)
+        self.posted = 0  # pool threads put to work from their queue (tests, statistics)
+
+    def sweep(self, bounds, threads):
+        """Sweep the column ranges ``bounds`` ((k, 2) int64 array) on ``threads`` threads
+        (the caller and up to threads - 1 pool threads on other CPUs)."""
+        count = bounds.shape[0]
+        if count > FIELD_MASK:
+            raise ValueError(f"bounds: at most {FIELD_MASK} ranges, got {count}")
+        if BOUNDS + 2 * count > self.ctl.shape[0]:
+            self.close()  # the running loops hold the old arrays
+            self._new_arrays(count)
+        previous = self._gen
+        self._gen = gen = (previous + 1) & GEN_MASK
+        helpers = min(threads, count, len(self._cpus)) - 1
+        here = _current_cpu()
+        for slot, cpu in enumerate(self._cpus):
+            if helpers <= 0:
+                break
+            if cpu == here:
+                continue
+            helpers -= 1
+            if self.running[slot] == 0:
+                self.running[slot] = 1
+                self._queues[cpu].put(_Spin(self, slot, previous))
+                self.posted += 1
+        done = lead_sweep(*self.kernel_args, self.ctl, bounds, gen, self._wait_budget)
+        if not done:
+            ctl = self.ctl
+            while ctl[DONE] < count:
+                time.sleep(SLEEP_SECONDS)
+
+    def _new_arrays(self, max_items):
+        self.ctl = np.zeros(BOUNDS + 2 * max_items, dtype=np.int64)
+        self.ctl[WORD] = self._gen << GEN_SHIFT
+        self.running = np.zeros(len(self._cpus), dtype=np.int64)
+
+    def close(self):
+        """Stop the pool threads' loops (they return to their queues)."""
+        self.ctl[STOP] = 1
+
+    def helpers_spinning(self) -> int:
+        """Pool threads in (or queued for) this team's loop."""
+        return int(self.running.sum())

@@ -1,0 +1,274 @@
+"""The spinning team of the CPU sweep (msm_gpu.backends.sweep_team): every column range
+swept exactly once per sweep, by whichever thread takes it; pool threads that stop
+spinning on their own, on close, or never come; the state's use of it."""
+
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import msm_gpu as mg
+from msm_gpu.backends import cpu as cpu_backend
+from msm_gpu.backends import cpu_kernels, cpu_tiles, sweep_team
+from msm_gpu.backends.base import default_panel
+from msm_gpu.backends.cpu import CpuBackend
+from msm_gpu.backends.threads import _pool
+from msm_gpu.splitting import make_splitting
+
+pytestmark = pytest.mark.skipif(
+    not sweep_team.SPIN_SUPPORTED, reason="the spinning team is x86-64 only"
+)
+
+
+def _problem(n, m, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    c = rng.uniform(size=(n + 10, n))
+    a = (c.T @ c).astype(dtype)
+    r = (-c.T @ rng.uniform(size=(n + 10, m))).astype(dtype)
+    x = np.abs(rng.normal(size=(n, m))).astype(dtype)
+    return a, r, x
+
+
+def _state(a, r, x, penalty, tiles=None):
+    n = a.shape[0]
+    split = make_splitting(np.diag(a).astype(np.float64), 1.0, 0.01, True)
+    return CpuBackend().start(
+        a, r, x, split, penalty.table(n), penalty.code, default_panel(n), tiles=tiles
+    )
+
+
+def _kernel_args(state):
+    return (state._tiles, state._panel, state._afold, state._b_diag, state._code) + (
+        state._table,
+        state._rc,
+        state._y,
+        state._stats,
+    )
+
+
+def _serial_sweep(state, bounds):
+    """The reference: the same column ranges swept one after the other on this thread."""
+    tiles, panel, afold, b_diag, code, table, r, y, stats = _kernel_args(state)
+    for c0, c1 in bounds:
+        if tiles:
+            cpu_tiles.sweep_tiles(afold, b_diag, code, table, r, y, c0, c1, stats, stats, False)
+        else:
+            cpu_kernels.sweep_columns(afold, b_diag, code, table, r, y, c0, c1, panel, stats)
+    return stats.copy()
+
+
+def _wait_until(condition, seconds=5.0):
+    deadline = time.perf_counter() + seconds
+    while not condition():
+        if time.perf_counter() > deadline:
+            return False
+        time.sleep(1e-3)
+    return True
+
+
+@pytest.mark.parametrize("tiles", [True, False])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("penalty", [mg.NonNeg(), mg.L1(0.5), mg.L0(0.05)], ids=str)
+def test_team_sweeps_equal_the_same_ranges_swept_in_turn(tiles, dtype, penalty):
+    if tiles and not cpu_tiles.HOST_AVX512:
+        pytest.skip("the tiled sweep needs AVX-512")
+    a, r, x = _problem(64, 900, dtype)
+    state, twin = _state(a, r, x, penalty, tiles), _state(a, r, x, penalty, tiles)
+    team = sweep_team.SweepTeam(_kernel_args(state))
+    bounds = np.array([(c, min(c + 96, 900)) for c in range(0, 900, 96)], dtype=np.int64)
+    try:
+        for _ in range(6):
+            team.sweep(bounds, 2)
+            got_stats, got_x = state._stats.copy(), state._y.copy()  # as it returned
+            np.testing.assert_array_equal(got_stats, _serial_sweep(twin, bounds))
+            np.testing.assert_array_equal(got_x, twin._y)
+        np.testing.assert_array_equal(state.current_x(), twin.current_x())
+        assert not np.array_equal(state.current_x(), x)  # the sweeps did move x
+    finally:
+        team.close()
+        state.close()
+        twin.close()
+
+
+def test_helpers_that_stop_spinning_are_put_back_to_work():
+    """With no spinning left after an item, every sweep posts its pool thread again, and
+    each range is still swept once."""
+    a, r, x = _problem(48, 640, np.float64)
+    state, twin = _state(a, r, x, mg.NonNeg()), _state(a, r, x, mg.NonNeg())
+    team = sweep_team.SweepTeam(_kernel_args(state), spin_seconds=0.0)
+    bounds = np.array([(c, c + 64) for c in range(0, 640, 64)], dtype=np.int64)
+    try:
+        for _ in range(5):
+            team.sweep(bounds, 2)
+            assert _wait_until(lambda: team.helpers_spinning() == 0)
+            np.testing.assert_array_equal(state._stats, _serial_sweep(twin, bounds))
+        assert team.posted == 5 or len(_pool()) < 2
+        np.testing.assert_array_equal(state.current_x(), twin.current_x())
+    finally:
+        team.close()
+        state.close()
+        twin.close()
+
+
+def test_helpers_spin_a_bounded_time_and_close_stops_them_at_once():
+    a, r, x = _problem(48, 256, np.float64)
+    state = _state(a, r, x, mg.NonNeg())
+    bounds = np.array([(0, 128), (128, 256)], dtype=np.int64)
+    if len(_pool()) < 2:
+        pytest.skip("one CPU: no pool thread to spin")
+    short = sweep_team.SweepTeam(_kernel_args(state), spin_seconds=0.05)
+    short.sweep(bounds, 2)
+    assert short.helpers_spinning() == 1  # posted, spinning
+    assert _wait_until(lambda: short.helpers_spinning() == 0, seconds=5.0)
+    short.close()
+    long = sweep_team.SweepTeam(_kernel_args(state), spin_seconds=600.0)
+    try:
+        long.sweep(bounds, 2)
+        time.sleep(0.05)
+        assert long.helpers_spinning() == 1  # still spinning, well inside its budget
+    finally:
+        long.close()
+    assert _wait_until(lambda: long.helpers_spinning() == 0, seconds=2.0)
+    state.close()
+
+
+class _Blocker:
+    """A pool job that holds its thread until released."""
+
+    def __init__(self):
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def run(self, helper=False):
+        self.started.set()
+        self.release.wait(30)
+
+
+def test_caller_sweeps_alone_when_no_pool_thread_comes():
+    pool = _pool()
+    blockers = {cpu: _Blocker() for cpu in pool}
+    for cpu, jobs in pool.items():
+        jobs.put(blockers[cpu])
+    a, r, x = _problem(48, 640, np.float32)
+    state, twin = _state(a, r, x, mg.L1(0.2)), _state(a, r, x, mg.L1(0.2))
+    team = sweep_team.SweepTeam(_kernel_args(state))
+    bounds = np.array([(c, c + 64) for c in range(0, 640, 64)], dtype=np.int64)
+    try:
+        assert all(b.started.wait(5) for b in blockers.values())
+        for _ in range(3):
+            team.sweep(bounds, len(pool))
+            np.testing.assert_array_equal(state._stats, _serial_sweep(twin, bounds))
+        np.testing.assert_array_equal(state.current_x(), twin.current_x())
+    finally:
+        team.close()
+        for b in blockers.values():
+            b.release.set()
+        state.close()
+        twin.close()
+    # the queued loops start after the blockers, see STOP and leave
+    assert _wait_until(lambda: team.helpers_spinning() == 0)
+
+
+def test_a_thread_of_an_old_generation_or_a_late_one_takes_no_item():
+    a, r, x = _problem(48, 256, np.float64)
+    state = _state(a, r, x, mg.NonNeg())
+    args = _kernel_args(state)
+    team = sweep_team.SweepTeam(args)
+    bounds = np.array([(0, 128), (128, 256)], dtype=np.int64)
+    try:
+        team.sweep(bounds, 1)  # the caller alone: every item done
+        assert team.ctl[sweep_team.DONE] == 2
+        x1, gen = state.current_x(), team._gen
+        running = np.ones(1, dtype=np.int64)
+        # late: it has not seen this generation, but its items are gone
+        sweep_team.help_sweeps(*args, team.ctl, running, 0, gen - 1, 0)
+        # old: it has seen it; with no spinning budget it leaves at once
+        sweep_team.help_sweeps(*args, team.ctl, running, 0, gen, 0)
+        assert team.ctl[sweep_team.DONE] == 2
+        assert running[0] == 0
+        np.testing.assert_array_equal(state.current_x(), x1)
+    finally:
+        team.close()
+        state.close()
+
+
+def test_generation_wraps_and_many_ranges_grow_the_control_array():
+    a, r, x = _problem(32, 4096, np.float64)
+    state, twin = _state(a, r, x, mg.NonNeg()), _state(a, r, x, mg.NonNeg())
+    team = sweep_team.SweepTeam(_kernel_args(state))
+    team._gen = sweep_team.GEN_MASK - 1
+    bounds = np.array([(c, c + 32) for c in range(0, 4096, 32)], dtype=np.int64)  # 128
+    try:
+        for _ in range(3):
+            team.sweep(bounds, 2)
+            np.testing.assert_array_equal(state._stats, _serial_sweep(twin, bounds))
+        assert team._gen == 1
+        assert team.ctl.shape[0] >= sweep_team.BOUNDS + 2 * 128
+        np.testing.assert_array_equal(state.current_x(), twin.current_x())
+    finally:
+        team.close()
+        state.close()
+        twin.close()
+
+
+def test_state_sweeps_on_its_team_and_closes_it(monkeypatch):
+    """The state's parallel sweeps go to one team per iterate: a new one after columns
+    retire (the arrays change), every one closed; the iterates equal those of the
+    sleeping pool's sweeps."""
+    made = []
+    real = sweep_team.SweepTeam
+
+    def recording(*args, **kwargs):
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(sweep_team, "SweepTeam", recording)
+    a, r, x = _problem(200, 1200, np.float64)  # 96e6 flops a sweep, 64e6 after: two threads
+    results = []
+    for use_team in (True, False):
+        monkeypatch.setattr(cpu_backend, "USE_TEAM", use_team)
+        state = _state(a, r, x, mg.NonNeg())
+        state.max_threads = 2
+        stats = [state.sweep() for _ in range(3)]
+        keep = np.arange(1200) % 3 != 0
+        state.retire(keep)
+        stats += [state.sweep() for _ in range(3)]
+        results.append((state.current_x(), stats))
+        state.close()
+    assert len(made) == (2 if len(_pool()) > 1 else 0)
+    assert all(team.ctl[sweep_team.STOP] == 1 for team in made)
+    np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-12, atol=1e-12)
+    for got, want in zip(results[0][1], results[1][1], strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_solve_closes_its_teams_and_matches_the_sleeping_pool(monkeypatch):
+    made = []
+    real = sweep_team.SweepTeam
+
+    def recording(*args, **kwargs):
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(sweep_team, "SweepTeam", recording)
+    a, r, _ = _problem(200, 800, np.float32)
+    res = mg.solve(a, r, mg.NonNeg(), tol=1e-5, max_iter=60)
+    assert all(team.ctl[sweep_team.STOP] == 1 for team in made)
+    assert _wait_until(lambda: all(team.helpers_spinning() == 0 for team in made))
+    monkeypatch.setattr(cpu_backend, "USE_TEAM", False)
+    ref = mg.solve(a, r, mg.NonNeg(), tol=1e-5, max_iter=60)
+    np.testing.assert_allclose(res.x, ref.x, rtol=1e-5, atol=1e-6)
+    assert res.n_iter == ref.n_iter
+
+
+@pytest.mark.parametrize("value, on", [("0", False), ("1", True)])
+def test_environment_variable_turns_the_team_off(value, on):
+    code = "from msm_gpu.backends import cpu; print(cpu.USE_TEAM)"
+    env = {"MSM_GPU_SPIN": value, "PATH": ""}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == str(on)
