@@ -46,15 +46,20 @@ def _kernel_args(state):
         state._rc,
         state._y,
         state._stats,
+        state._terms,
     )
 
 
-def _serial_sweep(state, bounds):
+def _serial_sweep(state, bounds, with_f0=False):
     """The reference: the same column ranges swept one after the other on this thread."""
-    tiles, panel, afold, b_diag, code, table, r, y, stats = _kernel_args(state)
+    tiles, panel, afold, b_diag, code, table, r, y, stats, f0 = _kernel_args(state)
     for c0, c1 in bounds:
         if tiles:
-            cpu_tiles.sweep_tiles(afold, b_diag, code, table, r, y, c0, c1, stats, stats, False)
+            cpu_tiles.sweep_tiles(afold, b_diag, code, table, r, y, c0, c1, stats, f0, with_f0)
+        elif with_f0:
+            cpu_kernels.sweep_columns_with_objective(
+                afold, b_diag, code, table, r, y, c0, c1, panel, stats, f0
+            )
         else:
             cpu_kernels.sweep_columns(afold, b_diag, code, table, r, y, c0, c1, panel, stats)
     return stats.copy()
@@ -80,11 +85,16 @@ def test_team_sweeps_equal_the_same_ranges_swept_in_turn(tiles, dtype, penalty):
     team = sweep_team.SweepTeam(_kernel_args(state))
     bounds = np.array([(c, min(c + 96, 900)) for c in range(0, 900, 96)], dtype=np.int64)
     try:
-        for _ in range(6):
-            team.sweep(bounds, 2)
+        for k in range(6):
+            with_f0 = k in (0, 3)  # F(X) of the iterate before the sweep too
+            team.sweep(bounds, 2, with_f0)
             got_stats, got_x = state._stats.copy(), state._y.copy()  # as it returned
-            np.testing.assert_array_equal(got_stats, _serial_sweep(twin, bounds))
+            got_terms = state._terms.copy()
+            np.testing.assert_array_equal(got_stats, _serial_sweep(twin, bounds, with_f0))
             np.testing.assert_array_equal(got_x, twin._y)
+            if with_f0:
+                np.testing.assert_array_equal(got_terms, twin._terms)
+                assert np.all(got_terms[0] != 0.0)
         np.testing.assert_array_equal(state.current_x(), twin.current_x())
         assert not np.array_equal(state.current_x(), x)  # the sweeps did move x
     finally:
@@ -272,3 +282,27 @@ def test_environment_variable_turns_the_team_off(value, on):
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == str(on)
+
+
+@pytest.mark.parametrize("tiles", [True, False])
+def test_first_sweep_objective_on_the_team_is_f_of_the_start(tiles, monkeypatch):
+    """The first sweep of a solve (F(X_0) from its own products) on the team: F and sum h
+    equal the direct objective of X_0, and its iterate that of the sleeping pool's."""
+    if tiles and not cpu_tiles.HOST_AVX512:
+        pytest.skip("the tiled sweep needs AVX-512")
+    a, r, x = _problem(200, 1200, np.float64, seed=3)
+    penalty = mg.L1(0.3)
+    got = []
+    for use_team in (True, False):
+        monkeypatch.setattr(cpu_backend, "USE_TEAM", use_team)
+        state = _state(a, r, x, penalty, tiles)
+        state.max_threads = 2
+        direct = state.objective_terms()
+        (fun, hsum), stats = state.sweep_with_objective()
+        assert (state._team is not None) == (use_team and len(_pool()) > 1)
+        np.testing.assert_allclose(fun, direct[0], rtol=1e-11)
+        np.testing.assert_allclose(hsum, direct[1], rtol=1e-12)
+        got.append((state.current_x(), stats, fun))
+        state.close()
+    np.testing.assert_allclose(got[0][0], got[1][0], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got[0][2], got[1][2], rtol=1e-12)

@@ -160,6 +160,7 @@ class CpuSweepState(SweepState):
         self._close_team()  # it holds the old arrays
         self._y, self._rc = y, rc
         self._stats = np.zeros((N_STATS, y.shape[1]), dtype=np.float64)
+        self._terms = np.zeros((2, y.shape[1]), dtype=np.float64)  # F, sum h (first sweep)
 
     def _compact(self):
         return self._y is not self._x
@@ -197,9 +198,10 @@ class CpuSweepState(SweepState):
         old = self._column_time.get(kind)
         self._column_time[kind] = per_column if old is None else 0.5 * (old + per_column)
 
-    def _sweep_on_team(self, m, flops):
-        """One sweep on the state's :class:`sweep_team.SweepTeam`; False (nothing done)
-        where the work is one thread's or the team is not used."""
+    def _sweep_on_team(self, m, flops, with_f0=False):
+        """One sweep on the state's :class:`sweep_team.SweepTeam` (``with_f0``: F(X) into
+        ``_terms`` too); False (nothing done) where the work is one thread's or the team
+        is not used."""
         if not USE_TEAM:
             return False
         bounds, threads, ranges = self._plan(m, flops, self._align)
@@ -207,9 +209,9 @@ class CpuSweepState(SweepState):
             return False
         if self._team is None:
             args = (self._tiles, self._panel, self._afold, self._b_diag, self._code)
-            args += (self._table, self._rc, self._y, self._stats)
+            args += (self._table, self._rc, self._y, self._stats, self._terms)
             self._team = _team.SweepTeam(args)
-        self._team.sweep(ranges, threads)
+        self._team.sweep(ranges, threads, with_f0)
         return True
 
     def _close_team(self):
@@ -242,9 +244,10 @@ class CpuSweepState(SweepState):
         y = self._y
         if self._compact():
             return None
-        terms = np.zeros((2, y.shape[1]), dtype=np.float64)
         if self._zero_and_feasible(y):  # F(0) = 0: a plain sweep
+            terms = np.zeros((2, y.shape[1]), dtype=np.float64)
             return (terms[0], terms[1]), self.sweep()
+        terms = self._terms
         afold, b_diag, code, table = self._afold, self._b_diag, self._code, self._table
         r, panel, stats = self._rc, self._panel, self._stats
 
@@ -261,8 +264,9 @@ class CpuSweepState(SweepState):
                 )
 
         n, m = y.shape
-        self._run(one, m, 2.0 * n * n * m, self._align)
-        return (terms[0], terms[1]), stats.copy()
+        if not self._sweep_on_team(m, 2.0 * n * n * m, with_f0=True):
+            self._run(one, m, 2.0 * n * n * m, self._align)
+        return (terms[0].copy(), terms[1].copy()), stats.copy()
 
     def _zero_and_feasible(self, x):
         """x = 0 and 0 in dom h: F(x) = 0 without a product."""

@@ -35,15 +35,16 @@ import time
 import numpy as np
 
 from .atomics import SPIN_SUPPORTED, aadd, acas, aload, astore, pause
-from .cpu_kernels import sweep_columns
+from .cpu_kernels import sweep_columns, sweep_columns_with_objective
 from .cpu_tiles import sweep_tiles
 from .jit import njit
 from .threads import _current_cpu, _pool
 
 __all__ = ["SPIN_SUPPORTED", "SweepTeam"]
 
-#: Indices into ``ctl``.
-WORD, DONE, STOP = 0, 1, 2
+#: Indices into ``ctl`` (``ctl[MODE]`` = 1: the sweep also writes F(X) of the iterate
+#: before it into ``f0``, as the first sweep of a solve does).
+WORD, DONE, STOP, MODE = 0, 1, 2, 3
 #: ``ctl[BOUNDS + 2 i]``, ``ctl[BOUNDS + 2 i + 1]``: item i's columns c0, c1.
 BOUNDS = 4
 #: The word: generation << GEN_SHIFT | items << ITEMS_SHIFT | next item.
@@ -59,16 +60,19 @@ SLEEP_SECONDS = 20e-6
 
 
 @njit(inline="always")
-def _sweep_item(tiles, panel, afold, b_diag, code, params, r, y, stats, c0, c1):
+def _sweep_item(tiles, panel, afold, b_diag, code, params, r, y, stats, f0, with_f0, c0, c1):
     if tiles:
-        sweep_tiles(afold, b_diag, code, params, r, y, c0, c1, stats, stats, False)
+        sweep_tiles(afold, b_diag, code, params, r, y, c0, c1, stats, f0, with_f0)
+    elif with_f0:
+        sweep_columns_with_objective(afold, b_diag, code, params, r, y, c0, c1, panel, stats, f0)
     else:
         sweep_columns(afold, b_diag, code, params, r, y, c0, c1, panel, stats)
 
 
 @njit(inline="always")
-def _take_items(tiles, panel, afold, b_diag, code, params, r, y, stats, ctl, gen):
+def _take_items(tiles, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, gen):
     """Take and sweep items of generation ``gen`` until none is left."""
+    with_f0 = ctl[MODE] != 0  # written before the generation was published
     while True:
         word = aload(ctl, WORD)
         if (word >> GEN_SHIFT) != gen:
@@ -79,13 +83,13 @@ def _take_items(tiles, panel, afold, b_diag, code, params, r, y, stats, ctl, gen
             return
         if acas(ctl, WORD, word, word + 1):
             c0, c1 = ctl[BOUNDS + 2 * item], ctl[BOUNDS + 2 * item + 1]
-            _sweep_item(tiles, panel, afold, b_diag, code, params, r, y, stats, c0, c1)
+            _sweep_item(tiles, panel, afold, b_diag, code, params, r, y, stats, f0, with_f0, c0, c1)
             aadd(ctl, DONE, 1)
 
 
 @njit(nogil=True)
 def help_sweeps(
-    tiles, panel, afold, b_diag, code, params, r, y, stats, ctl, running, slot, seen, budget
+    tiles, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, running, slot, seen, budget
 ):
     """A pool thread's loop: take items of every new generation (``seen``: the last one it
     must not take), until ``budget`` spin-wait hints pass without one, or ``ctl[STOP]``."""
@@ -93,7 +97,7 @@ def help_sweeps(
     while aload(ctl, STOP) == 0:
         gen = aload(ctl, WORD) >> GEN_SHIFT
         if gen != seen:
-            _take_items(tiles, panel, afold, b_diag, code, params, r, y, stats, ctl, gen)
+            _take_items(tiles, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, gen)
             seen = gen
             spins = 0
         elif spins >= budget:
@@ -105,17 +109,21 @@ def help_sweeps(
 
 
 @njit(nogil=True)
-def lead_sweep(tiles, panel, afold, b_diag, code, params, r, y, stats, ctl, bounds, gen, budget):
-    """The caller: publish the sweep ``gen`` of the column ranges ``bounds`` (k, 2), take
-    items with the team, then spin until every item is done, for at most ``budget`` hints.
-    Returns True when every item is done (False: some are still running)."""
+def lead_sweep(
+    tiles, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, bounds, gen, with_f0, budget
+):
+    """The caller: publish the sweep ``gen`` of the column ranges ``bounds`` (k, 2) (with
+    ``with_f0``: F(X) into ``f0`` too), take items with the team, then spin until every
+    item is done, for at most ``budget`` hints.  Returns True when every item is done
+    (False: some are still running)."""
     count = bounds.shape[0]
     for i in range(count):
         ctl[BOUNDS + 2 * i] = bounds[i, 0]
         ctl[BOUNDS + 2 * i + 1] = bounds[i, 1]
+    ctl[MODE] = 1 if with_f0 else 0
     astore(ctl, DONE, 0)
     astore(ctl, WORD, (gen << GEN_SHIFT) | (count << ITEMS_SHIFT))
-    _take_items(tiles, panel, afold, b_diag, code, params, r, y, stats, ctl, gen)
+    _take_items(tiles, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, gen)
     spins = 0
     while aload(ctl, DONE) < count:
         if spins >= budget:
@@ -169,8 +177,9 @@ class SweepTeam:
     """The threads that sweep one state's iterate: the caller and pool threads spinning
     between sweeps (see the module docstring).
 
-    ``kernel_args`` = (tiles, panel, afold, b_diag, code, params, r, y, stats): the sweep
-    kernel's arrays, fixed for the team's life (a state that changes them closes its team
+    ``kernel_args`` = (tiles, panel, afold, b_diag, code, params, r, y, stats, f0): the
+    sweep kernels' arrays (``f0`` (2, m) float64: F(X) and sum h, written by a sweep with
+    ``with_f0``), fixed for the team's life (a state that changes them closes its team
     and starts another).  ``spin_seconds`` / ``wait_seconds``: the helpers' and the
     caller's spinning (tests shorten them).
     """
@@ -192,9 +201,10 @@ class SweepTeam:
         help_sweeps(*self.kernel_args, stopped, np.zeros(1, dtype=np.int64), 0, 0, 0)
         self.posted = 0  # pool threads put to work from their queue (tests, statistics)
 
-    def sweep(self, bounds, threads):
+    def sweep(self, bounds, threads, with_f0=False):
         """Sweep the column ranges ``bounds`` ((k, 2) int64 array) on ``threads`` threads
-        (the caller and up to threads - 1 pool threads on other CPUs)."""
+        (the caller and up to threads - 1 pool threads on other CPUs); ``with_f0``: F(X)
+        of the iterate before the sweep into the team's ``f0`` too."""
         count = bounds.shape[0]
         if count > FIELD_MASK:
             raise ValueError(f"bounds: at most {FIELD_MASK} ranges, got {count}")
@@ -215,7 +225,8 @@ class SweepTeam:
                 self.running[slot] = 1
                 self._queues[cpu].put(_Spin(self, slot, previous))
                 self.posted += 1
-        done = lead_sweep(*self.kernel_args, self.ctl, bounds, gen, self._wait_budget)
+        args = (self.ctl, bounds, gen, bool(with_f0), self._wait_budget)
+        done = lead_sweep(*self.kernel_args, *args)
         if not done:
             ctl = self.ctl
             while ctl[DONE] < count:
