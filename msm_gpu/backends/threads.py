@@ -12,7 +12,10 @@ next to a busy neighbour; ``OMP_WAIT_POLICY=passive`` 0.1 s).  Here idle threads
 a queue, each pinned to its own CPU (:func:`_pool`); the caller sweeps too, and the column
 ranges are handed out one at a time (:func:`run_ranges`), so a thread that is not
 scheduled delays the sweep by at most the range it holds.  Small work runs on the calling
-thread alone (:func:`sweep_threads`).
+thread alone (:func:`sweep_threads`).  The sweeps of a solve go to the same pool threads
+through :mod:`msm_gpu.backends.sweep_team`, which keeps them spinning in compiled code,
+without the GIL, for at most a few hundred microseconds between sweeps (bounded, unlike
+OpenMP's barriers: no wake-up per sweep, and no CPU held once the solve ends).
 """
 
 from __future__ import annotations
@@ -87,7 +90,10 @@ class serial_numba_blas:
 
 #: Floating-point operations a thread must get per sweep before a second thread is used
 #: (below it, handing work to another thread costs more than it saves; see
-#: benchmarks/bench_contention.py).
+#: benchmarks/bench_contention.py).  The spinning team (``sweep_team``) makes two threads
+#: pay idle down to ~3e6 (two threads / one, 30 NNLS iterations: 6 MFLOP a sweep
+#: 0.62-0.69), but beside a busy neighbour process such short sweeps ran up to 1.6x
+#: slower than one thread (docs/design.md, CPU sweep, Threads item 4), so it stays.
 MIN_FLOPS_PER_THREAD = 24e6
 
 _POOL = None  # {cpu: job queue of the worker pinned to it}
