@@ -65,6 +65,13 @@ def _serial_sweep(state, bounds, with_f0=False):
     return stats.copy()
 
 
+@pytest.fixture(autouse=True)
+def _no_backoff(monkeypatch):
+    """A slow sweep (a noisy machine) must not send the next ones to the sleeping pool
+    (tests of the backoff set their own)."""
+    monkeypatch.setattr(sweep_team, "_BACKOFF", sweep_team.Backoff(first=0.0, most=0.0, calm=1))
+
+
 def _wait_until(condition, seconds=5.0):
     deadline = time.perf_counter() + seconds
     while not condition():
@@ -306,3 +313,101 @@ def test_first_sweep_objective_on_the_team_is_f_of_the_start(tiles, monkeypatch)
         state.close()
     np.testing.assert_allclose(got[0][0], got[1][0], rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(got[0][2], got[1][2], rtol=1e-12)
+
+
+def test_backoff_after_slow_sweeps_doubles_and_halves_its_span():
+    now = [0.0]
+    backoff = sweep_team.Backoff(first=1.0, most=4.0, calm=2, clock=lambda: now[0])
+    assert not backoff.use_pool()
+    backoff.record(False)  # not slow: nothing changes
+    assert not backoff.use_pool() and backoff.span == 1.0
+    backoff.record(True)  # the pool for 1 s
+    assert backoff.use_pool()
+    now[0] = 0.99
+    assert backoff.use_pool()
+    now[0] = 1.0
+    assert not backoff.use_pool()
+    spans = []
+    for _ in range(4):  # slow after slow: 2, 4, 4, 4 s
+        backoff.record(True)
+        spans.append(backoff.until - now[0])
+    assert spans == [2.0, 4.0, 4.0, 4.0]
+    backoff.record(False)
+    assert backoff.span == 4.0  # one calm sweep: not yet
+    backoff.record(False)
+    assert backoff.span == 2.0  # two in a row: halved
+    backoff.record(False)
+    backoff.record(True)  # a slow one breaks the run: doubled, the count starts over
+    assert backoff.span == 4.0
+    backoff.record(False)
+    assert backoff.span == 4.0
+    for _ in range(6):
+        backoff.record(False)
+    assert backoff.span == 1.0  # halved back, never below the first span
+
+
+def test_after_a_slow_team_sweep_the_state_sweeps_on_the_sleeping_pool(monkeypatch):
+    """A slow sweep reported by the team sends the next sweeps (every state's: the backoff
+    is the process's) to ``threads.run_ranges`` until the span ends; same iterates."""
+    now = [0.0]
+    monkeypatch.setattr(
+        sweep_team,
+        "_BACKOFF",
+        sweep_team.Backoff(first=3.0, most=3.0, calm=1, clock=lambda: now[0]),
+    )
+    outcomes, team_calls, pool_calls = [True] + [False] * 7, [], []
+
+    class Scripted(sweep_team.SweepTeam):
+        def sweep(self, bounds, threads, with_f0=False):
+            super().sweep(bounds, threads, with_f0)
+            team_calls.append(1)
+            return outcomes.pop(0)
+
+    real_run_ranges = cpu_backend.run_ranges
+
+    def counting_run_ranges(fn, n_items, n_threads):
+        pool_calls.append(1)
+        real_run_ranges(fn, n_items, n_threads)
+
+    monkeypatch.setattr(sweep_team, "SweepTeam", Scripted)
+    monkeypatch.setattr(cpu_backend, "run_ranges", counting_run_ranges)
+    a, r, x = _problem(200, 700, np.float64)
+    state = _state(a, r, x, mg.NonNeg())
+    state.max_threads = 2
+    where = []
+    for k in range(8):
+        now[0] = float(k)  # one second a sweep: the slow one at 0 sends 1 and 2 to the pool
+        before = (len(team_calls), len(pool_calls))
+        state.sweep()
+        where.append("team" if len(team_calls) > before[0] else "pool")
+        assert len(pool_calls) - before[1] == (where[-1] == "pool")
+    state.close()
+    if len(_pool()) < 2:
+        return  # one CPU: one thread, neither
+    assert where == ["team", "pool", "pool", "team", "team", "team", "team", "team"]
+    twin = _state(a, r, x, mg.NonNeg())
+    twin.max_threads = 1
+    for _ in range(len(where)):
+        twin.sweep()
+    np.testing.assert_array_equal(state.current_x(), twin.current_x())
+    twin.close()
+
+
+def test_team_sweep_reports_slow_when_the_caller_waits_on_a_lopsided_split():
+    if len(_pool()) < 2:
+        pytest.skip("one CPU: no pool thread")
+    a, r, x = _problem(64, 4096, np.float64)
+    state = _state(a, r, x, mg.NonNeg())
+    team = sweep_team.SweepTeam(_kernel_args(state), spin_seconds=600.0)
+    try:
+        even = np.array([(c, c + 512) for c in range(0, 4096, 512)], dtype=np.int64)
+        team.sweep(even, 2)  # the pool thread now spins for the next sweep
+        # one tiny item and one big: the caller takes the tiny one, the pool thread most
+        # times the big one, for which the caller then waits: slower than it alone
+        lopsided = np.array([(0, 32), (32, 4096)], dtype=np.int64)
+        deadline = time.perf_counter() + 20.0
+        while not team.sweep(lopsided, 2):
+            assert time.perf_counter() < deadline, "no slow sweep in 20 s of lopsided sweeps"
+    finally:
+        team.close()
+        state.close()

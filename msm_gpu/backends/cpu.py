@@ -200,18 +200,21 @@ class CpuSweepState(SweepState):
 
     def _sweep_on_team(self, m, flops, with_f0=False):
         """One sweep on the state's :class:`sweep_team.SweepTeam` (``with_f0``: F(X) into
-        ``_terms`` too); False (nothing done) where the work is one thread's or the team
-        is not used."""
+        ``_terms`` too); False (nothing done) where the work is one thread's, the team is
+        not used, or backing off after a slow team sweep (``sweep_team.Backoff``)."""
         if not USE_TEAM:
             return False
         bounds, threads, ranges = self._plan(m, flops, self._align)
         if threads <= 1 or len(bounds) <= 1:
             return False
+        backoff = _team.backoff()
+        if backoff.use_pool():  # a recent team sweep was slow: the sleeping pool's turn
+            return False
         if self._team is None:
             args = (self._tiles, self._panel, self._afold, self._b_diag, self._code)
             args += (self._table, self._rc, self._y, self._stats, self._terms)
             self._team = _team.SweepTeam(args)
-        self._team.sweep(ranges, threads, with_f0)
+        backoff.record(self._team.sweep(ranges, threads, with_f0))
         return True
 
     def _close_team(self):

@@ -30,6 +30,7 @@ work that one thread sweeps, the states use :func:`threads.run_ranges`.
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -57,6 +58,17 @@ SPIN_SECONDS = 300e-6
 WAIT_SECONDS = 500e-6
 #: The caller's sleep between looks at ``ctl[DONE]`` once it stopped spinning.
 SLEEP_SECONDS = 20e-6
+#: A team sweep was slow (:meth:`SweepTeam.sweep`) when it took more than this fraction of
+#: the time the caller alone would have taken, and the caller waited for the others more
+#: than STALL_MIN_SECONDS.
+SLOW_FRACTION = 0.8
+STALL_MIN_SECONDS = 50e-6
+#: After a slow team sweep the sweeps go to the sleeping pool for POOL_FIRST_SECONDS,
+#: doubled by every further slow one up to POOL_MOST_SECONDS (:class:`Backoff`).
+POOL_FIRST_SECONDS = 5e-3
+POOL_MOST_SECONDS = 1.0
+#: Team sweeps in a row, none slow, that halve the span again.
+CALM_SWEEPS = 50
 
 
 @njit(inline="always")
@@ -71,19 +83,22 @@ def _sweep_item(tiles, panel, afold, b_diag, code, params, r, y, stats, f0, with
 
 @njit(inline="always")
 def _take_items(tiles, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, gen):
-    """Take and sweep items of generation ``gen`` until none is left."""
+    """Take and sweep items of generation ``gen`` until none is left; returns the number
+    of columns swept."""
     with_f0 = ctl[MODE] != 0  # written before the generation was published
+    swept = 0
     while True:
         word = aload(ctl, WORD)
         if (word >> GEN_SHIFT) != gen:
-            return
+            return swept
         count = (word >> ITEMS_SHIFT) & FIELD_MASK
         item = word & FIELD_MASK
         if item >= count:
-            return
+            return swept
         if acas(ctl, WORD, word, word + 1):
             c0, c1 = ctl[BOUNDS + 2 * item], ctl[BOUNDS + 2 * item + 1]
             _sweep_item(tiles, panel, afold, b_diag, code, params, r, y, stats, f0, with_f0, c0, c1)
+            swept += c1 - c0
             aadd(ctl, DONE, 1)
 
 
@@ -110,12 +125,12 @@ def help_sweeps(
 
 @njit(nogil=True)
 def lead_sweep(
-    tiles, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, bounds, gen, with_f0, budget
+    tiles, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, bounds, gen, with_f0
 ):
     """The caller: publish the sweep ``gen`` of the column ranges ``bounds`` (k, 2) (with
-    ``with_f0``: F(X) into ``f0`` too), take items with the team, then spin until every
-    item is done, for at most ``budget`` hints.  Returns True when every item is done
-    (False: some are still running)."""
+    ``with_f0``: F(X) into ``f0`` too) and take items with the team until none is left
+    (some may still be running on other threads: :func:`wait_items`); returns the
+    number of columns the caller swept."""
     count = bounds.shape[0]
     for i in range(count):
         ctl[BOUNDS + 2 * i] = bounds[i, 0]
@@ -123,7 +138,12 @@ def lead_sweep(
     ctl[MODE] = 1 if with_f0 else 0
     astore(ctl, DONE, 0)
     astore(ctl, WORD, (gen << GEN_SHIFT) | (count << ITEMS_SHIFT))
-    _take_items(tiles, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, gen)
+    return _take_items(tiles, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, gen)
+
+
+@njit(nogil=True)
+def wait_items(ctl, count, budget):
+    """Spin until ``count`` items are done, for at most ``budget`` hints; True if they are."""
     spins = 0
     while aload(ctl, DONE) < count:
         if spins >= budget:
@@ -154,6 +174,61 @@ def hints_per_second() -> float:
         spin_hints(count)
         _HINTS_PER_SECOND = count / max(time.perf_counter() - start, 1e-6)
     return _HINTS_PER_SECOND
+
+
+class Backoff:
+    """When the sweeps go back to the sleeping pool (``threads.run_ranges``) after a slow
+    team sweep: process-wide, as a busy neighbour process is the machine's state.
+
+    Beside one busy single-threaded process, a spinning pool thread never sleeps, so the
+    scheduler shares its CPU with the neighbour in time slices of milliseconds, and the
+    sweep waits for it (200 x 1000, 50 iterations, median of 9, in turn: team 0.106 /
+    0.113 s, sleeping pool 0.085 / 0.090 s beside the msm / hals neighbours); a thread that
+    slept is run at once when woken.  After a slow sweep the next ``first`` seconds go to
+    the pool; each further slow one doubles that span up to ``most``, and ``calm`` team
+    sweeps in a row that are not slow halve it again (down to ``first``).  (Halved by
+    every sweep that was not slow, the span stayed at 5-20 ms beside a busy process, where
+    3-7 of ~30 team sweeps a solve were slow: 0.080-0.173 s a solve against 0.066-0.069 s
+    on the pool.)"""
+
+    def __init__(
+        self,
+        first=POOL_FIRST_SECONDS,
+        most=POOL_MOST_SECONDS,
+        calm=CALM_SWEEPS,
+        clock=time.perf_counter,
+    ):
+        self.first, self.most, self.calm, self.clock = first, most, calm, clock
+        self.span = first
+        self.until = -math.inf
+        self._calm_run = 0
+
+    def use_pool(self) -> bool:
+        """True while sweeps should go to the sleeping pool."""
+        return self.clock() < self.until
+
+    def record(self, slow: bool) -> None:
+        """What a team sweep reported (:meth:`SweepTeam.sweep`)."""
+        if slow:
+            self.until = self.clock() + self.span
+            self.span = min(2.0 * self.span, self.most)
+            self._calm_run = 0
+            return
+        self._calm_run += 1
+        if self._calm_run >= self.calm:
+            self.span = max(self.first, 0.5 * self.span)
+            self._calm_run = 0
+
+
+_BACKOFF = None
+
+
+def backoff() -> Backoff:
+    """The process's :class:`Backoff`."""
+    global _BACKOFF
+    if _BACKOFF is None:
+        _BACKOFF = Backoff()
+    return _BACKOFF
 
 
 class _Spin:
@@ -201,10 +276,15 @@ class SweepTeam:
         help_sweeps(*self.kernel_args, stopped, np.zeros(1, dtype=np.int64), 0, 0, 0)
         self.posted = 0  # pool threads put to work from their queue (tests, statistics)
 
-    def sweep(self, bounds, threads, with_f0=False):
+    def sweep(self, bounds, threads, with_f0=False) -> bool:
         """Sweep the column ranges ``bounds`` ((k, 2) int64 array) on ``threads`` threads
         (the caller and up to threads - 1 pool threads on other CPUs); ``with_f0``: F(X)
-        of the iterate before the sweep into the team's ``f0`` too."""
+        of the iterate before the sweep into the team's ``f0`` too.
+
+        Returns whether the sweep was slow: it took more than SLOW_FRACTION of the time
+        the caller alone would have taken at its own pace, and the caller waited over
+        STALL_MIN_SECONDS for the others (a pool thread that shares its CPU with another
+        process; see :class:`Backoff`)."""
         count = bounds.shape[0]
         if count > FIELD_MASK:
             raise ValueError(f"bounds: at most {FIELD_MASK} ranges, got {count}")
@@ -225,12 +305,19 @@ class SweepTeam:
                 self.running[slot] = 1
                 self._queues[cpu].put(_Spin(self, slot, previous))
                 self.posted += 1
-        args = (self.ctl, bounds, gen, bool(with_f0), self._wait_budget)
-        done = lead_sweep(*self.kernel_args, *args)
-        if not done:
-            ctl = self.ctl
+        ctl = self.ctl
+        started = time.perf_counter()
+        own_columns = lead_sweep(*self.kernel_args, ctl, bounds, gen, bool(with_f0))
+        own = time.perf_counter()
+        if not wait_items(ctl, count, self._wait_budget):
             while ctl[DONE] < count:
                 time.sleep(SLEEP_SECONDS)
+        ended = time.perf_counter()
+        if own_columns <= 0 or ended - own <= STALL_MIN_SECONDS:
+            return False
+        # the caller's pace over all the columns: the sweep on this thread alone
+        alone = (own - started) * (bounds[-1, 1] - bounds[0, 0]) / own_columns
+        return ended - started > SLOW_FRACTION * alone
 
     def _new_arrays(self, max_items):
         self.ctl = np.zeros(BOUNDS + 2 * max_items, dtype=np.int64)
