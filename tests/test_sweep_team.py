@@ -411,3 +411,38 @@ def test_team_sweep_reports_slow_when_the_caller_waits_on_a_lopsided_split():
     finally:
         team.close()
         state.close()
+
+
+def test_ranges_of_much_work_go_to_the_sleeping_pool(monkeypatch):
+    """Where a range is a few ms of work, a wake-up is small beside it: no team."""
+    made = []
+    real = sweep_team.SweepTeam
+
+    def recording(*args, **kwargs):
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(sweep_team, "SweepTeam", recording)
+    a, r, x = _problem(200, 1200, np.float64)  # 96e6 flops: two threads, ranges of 48e6
+    for limit, teams in ((1e9, 1), (1e7, 0)):
+        monkeypatch.setattr(cpu_backend, "TEAM_MAX_ITEM_FLOPS", limit)
+        made.clear()
+        state = _state(a, r, x, mg.NonNeg())
+        state.max_threads = 2
+        state.sweep()
+        state.close()
+        assert len(made) == (teams if len(_pool()) > 1 else 0)
+
+
+def test_a_team_nobody_closed_stops_its_pool_thread_when_collected():
+    if len(_pool()) < 2:
+        pytest.skip("one CPU: no pool thread")
+    a, r, x = _problem(48, 256, np.float64)
+    state = _state(a, r, x, mg.NonNeg())
+    team = sweep_team.SweepTeam(_kernel_args(state), spin_seconds=600.0)
+    team.sweep(np.array([(0, 128), (128, 256)], dtype=np.int64), 2)
+    running = team.running
+    assert running.sum() == 1
+    del team
+    assert _wait_until(lambda: running.sum() == 0, seconds=2.0)
+    state.close()

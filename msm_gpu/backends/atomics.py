@@ -3,10 +3,10 @@ hint, for compiled code that waits on another thread without the GIL
 (:mod:`msm_gpu.backends.sweep_team`).
 
 Numba has no atomics of its own; these are LLVM's, emitted through ``numba.extending``
-intrinsics: ``aload`` (acquire), ``astore`` (release), ``acas`` (acquire-release) and
-``aadd`` (fetch-and-add).  ``pause`` is x86's PAUSE (``llvm.x86.sse2.pause``: Numba's JIT
-takes no inline assembly), so the kernels that call it run only where
-:data:`SPIN_SUPPORTED`.
+intrinsics: ``aload`` (acquire), ``astore`` (release), ``astore_fenced`` (sequentially
+consistent), ``acas`` (acquire-release) and ``aadd`` (fetch-and-add).  ``pause`` is
+x86's PAUSE (``llvm.x86.sse2.pause``: Numba's JIT takes no inline assembly), so the
+kernels that call it run only where :data:`SPIN_SUPPORTED`.
 """
 
 from __future__ import annotations
@@ -48,6 +48,20 @@ def astore(typingctx, array, index, value):
     def codegen(context, builder, sig, args):
         ptr = _entry(context, builder, sig.args[0], args[0], args[1])
         builder.store_atomic(args[2], ptr, "release", 8)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def astore_fenced(typingctx, array, index, value):
+    """``array[index] = value`` (int64), a sequentially consistent atomic store (an
+    exchange on x86: no later load of this thread is done before it is visible)."""
+    sig = types.void(array, index, types.int64)
+
+    def codegen(context, builder, sig, args):
+        ptr = _entry(context, builder, sig.args[0], args[0], args[1])
+        builder.store_atomic(args[2], ptr, "seq_cst", 8)
         return context.get_dummy_value()
 
     return sig, codegen

@@ -31,6 +31,11 @@ SPIN_ENV = "MSM_GPU_SPIN"
 #: pool threads spin between sweeps, where the CPU has the spin-wait hint; else (and for
 #: the first sweep's objective and the direct objective) :func:`threads.run_ranges`.
 USE_TEAM = _team.SPIN_SUPPORTED and os.environ.get(SPIN_ENV, "1").strip() != "0"
+#: Ranges of more flops than this (a few ms on one thread) go to the sleeping pool even
+#: where the team runs: a wake-up is small beside them, and a team thread that finished
+#: its ranges would spin while the others end theirs.  1000 x 4096 (512 MFLOP a range):
+#: per iteration 1.26 / 1.31 GEMM on the pool, 1.39 / 1.36 on the team (float32 / 64).
+TEAM_MAX_ITEM_FLOPS = 2e8
 #: Narrowest range worth splitting for.
 MIN_CHUNK_COLUMNS = 32
 
@@ -205,7 +210,7 @@ class CpuSweepState(SweepState):
         if not USE_TEAM:
             return False
         bounds, threads, ranges = self._plan(m, flops, self._align)
-        if threads <= 1 or len(bounds) <= 1:
+        if threads <= 1 or len(bounds) <= 1 or flops / len(bounds) > TEAM_MAX_ITEM_FLOPS:
             return False
         backoff = _team.backoff()
         if backoff.use_pool():  # a recent team sweep was slow: the sleeping pool's turn

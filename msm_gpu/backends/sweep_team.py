@@ -24,7 +24,10 @@ The protocol, all in ``ctl`` (int64):
 
 The caller waits for the last items by spinning for at most :data:`WAIT_SECONDS`, then in
 Python with short sleeps (a helper that lost its CPU to another process does not keep
-the caller's CPU busy).  x86-64 only (:data:`atomics.SPIN_SUPPORTED`); elsewhere, and for
+the caller's CPU busy).  A sweep the team made slow (:meth:`SweepTeam.sweep`: a pool
+thread sharing its CPU with a busy process is time-sliced with it, where a sleeping one
+would be run at once when woken) sends the next sweeps to the sleeping pool for a while
+(:class:`Backoff`).  x86-64 only (:data:`atomics.SPIN_SUPPORTED`); elsewhere, and for
 work that one thread sweeps, the states use :func:`threads.run_ranges`.
 """
 
@@ -35,7 +38,7 @@ import time
 
 import numpy as np
 
-from .atomics import SPIN_SUPPORTED, aadd, acas, aload, astore, pause
+from .atomics import SPIN_SUPPORTED, aadd, acas, aload, astore, astore_fenced, pause
 from .cpu_kernels import sweep_columns, sweep_columns_with_objective
 from .cpu_tiles import sweep_tiles
 from .jit import njit
@@ -54,6 +57,9 @@ FIELD_MASK = (1 << 20) - 1
 GEN_MASK = (1 << 23) - 1
 #: Seconds a pool thread keeps spinning for the next sweep after its last item.
 SPIN_SECONDS = 300e-6
+#: While the last sweep's items still run on other threads, a pool thread spins up to this
+#: many times its budget (it stops counting its own budget: the next sweep comes after).
+IN_FLIGHT_FACTOR = 20
 #: Seconds the caller spins for the pool threads' last items before sleeping on them.
 WAIT_SECONDS = 500e-6
 #: The caller's sleep between looks at ``ctl[DONE]`` once it stopped spinning.
@@ -107,37 +113,56 @@ def help_sweeps(
     tiles, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, running, slot, seen, budget
 ):
     """A pool thread's loop: take items of every new generation (``seen``: the last one it
-    must not take), until ``budget`` spin-wait hints pass without one, or ``ctl[STOP]``."""
-    spins = 0
+    must not take), until ``budget`` spin-wait hints pass without one once the last sweep
+    is done (while its items run on other threads, up to IN_FLIGHT_FACTOR times as many),
+    or ``ctl[STOP]``."""
+    idle = 0
+    in_flight = 0
     while aload(ctl, STOP) == 0:
-        gen = aload(ctl, WORD) >> GEN_SHIFT
+        word = aload(ctl, WORD)
+        gen = word >> GEN_SHIFT
         if gen != seen:
             _take_items(tiles, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, gen)
             seen = gen
-            spins = 0
-        elif spins >= budget:
-            break
+            idle = in_flight = 0
+            continue
+        if aload(ctl, DONE) < ((word >> ITEMS_SHIFT) & FIELD_MASK):
+            in_flight += 1  # the sweep is not over: the next one comes after it
+            if in_flight >= IN_FLIGHT_FACTOR * budget:
+                break
         else:
-            spins += 1
-            pause()
-    astore(running, slot, 0)
+            idle += 1
+            if idle >= budget:
+                break
+        pause()
+    # leaving: seen by a caller that publishes after this store (it then posts this
+    # thread again), or the sweep published before it is taken here (Dekker: the caller
+    # publishes with a fenced store, then reads ``running``)
+    astore_fenced(running, slot, 0)
+    gen = aload(ctl, WORD) >> GEN_SHIFT
+    if gen != seen and aload(ctl, STOP) == 0:
+        _take_items(tiles, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, gen)
 
 
 @njit(nogil=True)
-def lead_sweep(
-    tiles, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, bounds, gen, with_f0
-):
+def publish(ctl, bounds, gen, with_f0):
     """The caller: publish the sweep ``gen`` of the column ranges ``bounds`` (k, 2) (with
-    ``with_f0``: F(X) into ``f0`` too) and take items with the team until none is left
-    (some may still be running on other threads: :func:`wait_items`); returns the
-    number of columns the caller swept."""
+    ``with_f0``: F(X) into ``f0`` too); fenced, so that the caller's next look at
+    ``running`` comes after it."""
     count = bounds.shape[0]
     for i in range(count):
         ctl[BOUNDS + 2 * i] = bounds[i, 0]
         ctl[BOUNDS + 2 * i + 1] = bounds[i, 1]
     ctl[MODE] = 1 if with_f0 else 0
     astore(ctl, DONE, 0)
-    astore(ctl, WORD, (gen << GEN_SHIFT) | (count << ITEMS_SHIFT))
+    astore_fenced(ctl, WORD, (gen << GEN_SHIFT) | (count << ITEMS_SHIFT))
+
+
+@njit(nogil=True)
+def lead_sweep(tiles, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, gen):
+    """The caller: take items of the published sweep ``gen`` with the team until none is
+    left (some may still be running on other threads: :func:`wait_items`); returns the
+    number of columns the caller swept."""
     return _take_items(tiles, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, gen)
 
 
@@ -293,6 +318,11 @@ class SweepTeam:
             self._new_arrays(count)
         previous = self._gen
         self._gen = gen = (previous + 1) & GEN_MASK
+        ctl = self.ctl
+        started = time.perf_counter()
+        publish(ctl, bounds, gen, bool(with_f0))
+        # after the publication: a pool thread still spinning takes it, one that left
+        # (running 0) is posted again (see help_sweeps)
         helpers = min(threads, count, len(self._cpus)) - 1
         here = _current_cpu()
         for slot, cpu in enumerate(self._cpus):
@@ -305,9 +335,7 @@ class SweepTeam:
                 self.running[slot] = 1
                 self._queues[cpu].put(_Spin(self, slot, previous))
                 self.posted += 1
-        ctl = self.ctl
-        started = time.perf_counter()
-        own_columns = lead_sweep(*self.kernel_args, ctl, bounds, gen, bool(with_f0))
+        own_columns = lead_sweep(*self.kernel_args, ctl, gen)
         own = time.perf_counter()
         if not wait_items(ctl, count, self._wait_budget):
             while ctl[DONE] < count:
@@ -327,6 +355,11 @@ class SweepTeam:
     def close(self):
         """Stop the pool threads' loops (they return to their queues)."""
         self.ctl[STOP] = 1
+
+    def __del__(self):  # a team nobody closed must not keep a pool thread spinning
+        ctl = getattr(self, "ctl", None)
+        if ctl is not None:
+            ctl[STOP] = 1
 
     def helpers_spinning(self) -> int:
         """Pool threads in (or queued for) this team's loop."""
