@@ -72,6 +72,28 @@ def _no_backoff(monkeypatch):
     monkeypatch.setattr(sweep_team, "_BACKOFF", sweep_team.Backoff(first=0.0, most=0.0, calm=1))
 
 
+def _record_teams(monkeypatch):
+    """The list of every SweepTeam made from now on."""
+    made = []
+    real = sweep_team.SweepTeam
+
+    def recording(*args, **kwargs):
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(sweep_team, "SweepTeam", recording)
+    return made
+
+
+def _long_spinning_team(n, m):
+    """An NNLS state (n x m) and a team whose pool thread spins for minutes between sweeps."""
+    if len(_pool()) < 2:
+        pytest.skip("one CPU: no pool thread")
+    a, r, x = _problem(n, m, np.float64)
+    state = _state(a, r, x, mg.NonNeg())
+    return state, sweep_team.SweepTeam(_kernel_args(state), spin_seconds=600.0)
+
+
 def _wait_until(condition, seconds=5.0):
     deadline = time.perf_counter() + seconds
     while not condition():
@@ -235,14 +257,7 @@ def test_state_sweeps_on_its_team_and_closes_it(monkeypatch):
     """The state's parallel sweeps go to one team per iterate: a new one after columns
     retire (the arrays change), every one closed; the iterates equal those of the
     sleeping pool's sweeps."""
-    made = []
-    real = sweep_team.SweepTeam
-
-    def recording(*args, **kwargs):
-        made.append(real(*args, **kwargs))
-        return made[-1]
-
-    monkeypatch.setattr(sweep_team, "SweepTeam", recording)
+    made = _record_teams(monkeypatch)
     a, r, x = _problem(200, 1200, np.float64)  # 96e6 flops a sweep, 64e6 after: two threads
     results = []
     for use_team in (True, False):
@@ -263,14 +278,7 @@ def test_state_sweeps_on_its_team_and_closes_it(monkeypatch):
 
 
 def test_solve_closes_its_teams_and_matches_the_sleeping_pool(monkeypatch):
-    made = []
-    real = sweep_team.SweepTeam
-
-    def recording(*args, **kwargs):
-        made.append(real(*args, **kwargs))
-        return made[-1]
-
-    monkeypatch.setattr(sweep_team, "SweepTeam", recording)
+    made = _record_teams(monkeypatch)
     a, r, _ = _problem(200, 800, np.float32)
     res = mg.solve(a, r, mg.NonNeg(), tol=1e-5, max_iter=60)
     assert all(team.ctl[sweep_team.STOP] == 1 for team in made)
@@ -394,11 +402,7 @@ def test_after_a_slow_team_sweep_the_state_sweeps_on_the_sleeping_pool(monkeypat
 
 
 def test_team_sweep_reports_slow_when_the_caller_waits_on_a_lopsided_split():
-    if len(_pool()) < 2:
-        pytest.skip("one CPU: no pool thread")
-    a, r, x = _problem(64, 4096, np.float64)
-    state = _state(a, r, x, mg.NonNeg())
-    team = sweep_team.SweepTeam(_kernel_args(state), spin_seconds=600.0)
+    state, team = _long_spinning_team(64, 4096)
     try:
         even = np.array([(c, c + 512) for c in range(0, 4096, 512)], dtype=np.int64)
         team.sweep(even, 2)  # the pool thread now spins for the next sweep
@@ -415,14 +419,7 @@ def test_team_sweep_reports_slow_when_the_caller_waits_on_a_lopsided_split():
 
 def test_ranges_of_much_work_go_to_the_sleeping_pool(monkeypatch):
     """Where a range is a few ms of work, a wake-up is small beside it: no team."""
-    made = []
-    real = sweep_team.SweepTeam
-
-    def recording(*args, **kwargs):
-        made.append(real(*args, **kwargs))
-        return made[-1]
-
-    monkeypatch.setattr(sweep_team, "SweepTeam", recording)
+    made = _record_teams(monkeypatch)
     a, r, x = _problem(200, 1200, np.float64)  # 96e6 flops: two threads, ranges of 48e6
     for limit, teams in ((1e9, 1), (1e7, 0)):
         monkeypatch.setattr(cpu_backend, "TEAM_MAX_ITEM_FLOPS", limit)
@@ -435,11 +432,7 @@ def test_ranges_of_much_work_go_to_the_sleeping_pool(monkeypatch):
 
 
 def test_a_team_nobody_closed_stops_its_pool_thread_when_collected():
-    if len(_pool()) < 2:
-        pytest.skip("one CPU: no pool thread")
-    a, r, x = _problem(48, 256, np.float64)
-    state = _state(a, r, x, mg.NonNeg())
-    team = sweep_team.SweepTeam(_kernel_args(state), spin_seconds=600.0)
+    state, team = _long_spinning_team(48, 256)
     team.sweep(np.array([(0, 128), (128, 256)], dtype=np.int64), 2)
     running = team.running
     assert running.sum() == 1

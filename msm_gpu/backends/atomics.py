@@ -39,32 +39,30 @@ def aload(typingctx, array, index):
     return sig, codegen
 
 
-@intrinsic
-def astore(typingctx, array, index, value):
-    """``array[index] = value`` (int64), an atomic store with release ordering: every
-    write before it is seen by a thread whose :func:`aload` sees this one."""
-    sig = types.void(array, index, types.int64)
+def _store(ordering, doc):
+    """An intrinsic ``array[index] = value`` (int64), an atomic store with ``ordering``."""
 
-    def codegen(context, builder, sig, args):
-        ptr = _entry(context, builder, sig.args[0], args[0], args[1])
-        builder.store_atomic(args[2], ptr, "release", 8)
-        return context.get_dummy_value()
+    @intrinsic
+    def store(typingctx, array, index, value):
+        sig = types.void(array, index, types.int64)
 
-    return sig, codegen
+        def codegen(context, builder, sig, args):
+            ptr = _entry(context, builder, sig.args[0], args[0], args[1])
+            builder.store_atomic(args[2], ptr, ordering, 8)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    store.__doc__ = doc
+    return store
 
 
-@intrinsic
-def astore_fenced(typingctx, array, index, value):
-    """``array[index] = value`` (int64), a sequentially consistent atomic store (an
-    exchange on x86: no later load of this thread is done before it is visible)."""
-    sig = types.void(array, index, types.int64)
-
-    def codegen(context, builder, sig, args):
-        ptr = _entry(context, builder, sig.args[0], args[0], args[1])
-        builder.store_atomic(args[2], ptr, "seq_cst", 8)
-        return context.get_dummy_value()
-
-    return sig, codegen
+#: ``array[index] = value`` with release ordering: every write before it is seen by a
+#: thread whose :func:`aload` sees this one.
+astore = _store("release", "atomic store, release ordering")
+#: ``array[index] = value``, sequentially consistent (an exchange on x86: no later load of
+#: this thread is done before it is visible).
+astore_fenced = _store("seq_cst", "atomic store, sequentially consistent")
 
 
 @intrinsic
