@@ -77,9 +77,15 @@ POOL_MOST_SECONDS = 1.0
 CALM_SWEEPS = 50
 
 
+#: Which kernel a team runs: a module constant in each compiled entry point, so that
+#: Numba compiles only that kernel into it (a branch on an argument compiled both: the
+#: first team at 200 x 1000 cost 21 s of compilation instead of a few).
+KIND_TILES, KIND_PANELS = 1, 2
+
+
 @njit(inline="always")
-def _sweep_item(tiles, panel, afold, b_diag, code, params, r, y, stats, f0, with_f0, c0, c1):
-    if tiles:
+def _sweep_item(kind, panel, afold, b_diag, code, params, r, y, stats, f0, with_f0, c0, c1):
+    if kind == KIND_TILES:
         sweep_tiles(afold, b_diag, code, params, r, y, c0, c1, stats, f0, with_f0)
     elif with_f0:
         sweep_columns_with_objective(afold, b_diag, code, params, r, y, c0, c1, panel, stats, f0)
@@ -88,7 +94,7 @@ def _sweep_item(tiles, panel, afold, b_diag, code, params, r, y, stats, f0, with
 
 
 @njit(inline="always")
-def _take_items(tiles, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, gen):
+def _take_items(kind, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, gen):
     """Take and sweep items of generation ``gen`` until none is left; returns the number
     of columns swept."""
     with_f0 = ctl[MODE] != 0  # written before the generation was published
@@ -103,26 +109,44 @@ def _take_items(tiles, panel, afold, b_diag, code, params, r, y, stats, f0, ctl,
             return swept
         if acas(ctl, WORD, word, word + 1):
             c0, c1 = ctl[BOUNDS + 2 * item], ctl[BOUNDS + 2 * item + 1]
-            _sweep_item(tiles, panel, afold, b_diag, code, params, r, y, stats, f0, with_f0, c0, c1)
+            _sweep_item(kind, panel, afold, b_diag, code, params, r, y, stats, f0, with_f0, c0, c1)
             swept += c1 - c0
             aadd(ctl, DONE, 1)
 
 
-@njit(nogil=True)
-def help_sweeps(
-    tiles, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, running, slot, seen, budget
+@njit(inline="always")
+def _team(
+    kind,
+    panel,
+    afold,
+    b_diag,
+    code,
+    params,
+    r,
+    y,
+    stats,
+    f0,
+    ctl,
+    running,
+    slot,
+    seen,
+    budget,
+    lead,
 ):
-    """A pool thread's loop: take items of every new generation (``seen``: the last one it
-    must not take), until ``budget`` spin-wait hints pass without one once the last sweep
-    is done (while its items run on other threads, up to IN_FLIGHT_FACTOR times as many),
-    or ``ctl[STOP]``."""
+    """``lead``: the caller's part, the items of the published generation ``seen`` (the
+    number of columns it swept).  Else a pool thread's loop: take items of every new
+    generation (``seen``: the last one it must not take), until ``budget`` spin-wait
+    hints pass without one once the last sweep is done (while its items run on other
+    threads, up to IN_FLIGHT_FACTOR times as many), or ``ctl[STOP]``."""
+    if lead:
+        return _take_items(kind, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, seen)
     idle = 0
     in_flight = 0
     while aload(ctl, STOP) == 0:
         word = aload(ctl, WORD)
         gen = word >> GEN_SHIFT
         if gen != seen:
-            _take_items(tiles, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, gen)
+            _take_items(kind, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, gen)
             seen = gen
             idle = in_flight = 0
             continue
@@ -141,7 +165,75 @@ def help_sweeps(
     astore_fenced(running, slot, 0)
     gen = aload(ctl, WORD) >> GEN_SHIFT
     if gen != seen and aload(ctl, STOP) == 0:
-        _take_items(tiles, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, gen)
+        _take_items(kind, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, gen)
+    return 0
+
+
+@njit(nogil=True)
+def team_tiles(
+    panel, afold, b_diag, code, params, r, y, stats, f0, ctl, running, slot, seen, budget, lead
+):
+    """:func:`_team` with the register-tiled sweep (``cpu_tiles``)."""
+    return _team(
+        KIND_TILES,
+        panel,
+        afold,
+        b_diag,
+        code,
+        params,
+        r,
+        y,
+        stats,
+        f0,
+        ctl,
+        running,
+        slot,
+        seen,
+        budget,
+        lead,
+    )
+
+
+@njit(nogil=True)
+def team_panels(
+    panel, afold, b_diag, code, params, r, y, stats, f0, ctl, running, slot, seen, budget, lead
+):
+    """:func:`_team` with the BLAS-panel sweep (``cpu_kernels``)."""
+    return _team(
+        KIND_PANELS,
+        panel,
+        afold,
+        b_diag,
+        code,
+        params,
+        r,
+        y,
+        stats,
+        f0,
+        ctl,
+        running,
+        slot,
+        seen,
+        budget,
+        lead,
+    )
+
+
+def help_sweeps(tiles, *args):
+    """A pool thread's loop (:func:`_team`); ``args`` = (panel, afold, b_diag, code,
+    params, r, y, stats, f0, ctl, running, slot, seen, budget)."""
+    (team_tiles if tiles else team_panels)(*args, False)
+
+
+def lead_sweep(tiles, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, gen):
+    """The caller: take items of the published sweep ``gen`` with the team until none is
+    left (some may still be running on other threads: :func:`wait_items`); returns the
+    number of columns the caller swept."""
+    args = (panel, afold, b_diag, code, params, r, y, stats, f0, ctl, _NO_RUNNING, 0, gen, 0)
+    return (team_tiles if tiles else team_panels)(*args, True)
+
+
+_NO_RUNNING = np.zeros(1, dtype=np.int64)
 
 
 @njit(nogil=True)
@@ -156,14 +248,6 @@ def publish(ctl, bounds, gen, with_f0):
     ctl[MODE] = 1 if with_f0 else 0
     astore(ctl, DONE, 0)
     astore_fenced(ctl, WORD, (gen << GEN_SHIFT) | (count << ITEMS_SHIFT))
-
-
-@njit(nogil=True)
-def lead_sweep(tiles, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, gen):
-    """The caller: take items of the published sweep ``gen`` with the team until none is
-    left (some may still be running on other threads: :func:`wait_items`); returns the
-    number of columns the caller swept."""
-    return _take_items(tiles, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, gen)
 
 
 @njit(nogil=True)
