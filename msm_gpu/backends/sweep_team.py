@@ -84,7 +84,8 @@ KIND_TILES, KIND_PANELS = 1, 2
 
 
 @njit(inline="always")
-def _sweep_item(kind, panel, afold, b_diag, code, params, r, y, stats, f0, with_f0, c0, c1):
+def _sweep_item(kind, panel, code, arrays, with_f0, c0, c1):
+    afold, b_diag, params, r, y, stats, f0 = arrays
     if kind == KIND_TILES:
         sweep_tiles(afold, b_diag, code, params, r, y, c0, c1, stats, f0, with_f0)
     elif with_f0:
@@ -94,7 +95,7 @@ def _sweep_item(kind, panel, afold, b_diag, code, params, r, y, stats, f0, with_
 
 
 @njit(inline="always")
-def _take_items(kind, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, gen):
+def _take_items(kind, panel, code, arrays, ctl, gen):
     """Take and sweep items of generation ``gen`` until none is left; returns the number
     of columns swept."""
     with_f0 = ctl[MODE] != 0  # written before the generation was published
@@ -109,44 +110,28 @@ def _take_items(kind, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, 
             return swept
         if acas(ctl, WORD, word, word + 1):
             c0, c1 = ctl[BOUNDS + 2 * item], ctl[BOUNDS + 2 * item + 1]
-            _sweep_item(kind, panel, afold, b_diag, code, params, r, y, stats, f0, with_f0, c0, c1)
+            _sweep_item(kind, panel, code, arrays, with_f0, c0, c1)
             swept += c1 - c0
             aadd(ctl, DONE, 1)
 
 
 @njit(inline="always")
-def _team(
-    kind,
-    panel,
-    afold,
-    b_diag,
-    code,
-    params,
-    r,
-    y,
-    stats,
-    f0,
-    ctl,
-    running,
-    slot,
-    seen,
-    budget,
-    lead,
-):
-    """``lead``: the caller's part, the items of the published generation ``seen`` (the
-    number of columns it swept).  Else a pool thread's loop: take items of every new
-    generation (``seen``: the last one it must not take), until ``budget`` spin-wait
-    hints pass without one once the last sweep is done (while its items run on other
-    threads, up to IN_FLIGHT_FACTOR times as many), or ``ctl[STOP]``."""
+def _team(kind, panel, code, arrays, ctl, running, slot, seen, budget, lead):
+    """``arrays`` = (afold, b_diag, params, r, y, stats, f0).  ``lead``: the caller's
+    part, the items of the published generation ``seen`` (the number of columns it
+    swept).  Else a pool thread's loop: take items of every new generation (``seen``: the
+    last one it must not take), until ``budget`` spin-wait hints pass without one once the
+    last sweep is done (while its items run on other threads, up to IN_FLIGHT_FACTOR times
+    as many), or ``ctl[STOP]``."""
     if lead:
-        return _take_items(kind, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, seen)
+        return _take_items(kind, panel, code, arrays, ctl, seen)
     idle = 0
     in_flight = 0
     while aload(ctl, STOP) == 0:
         word = aload(ctl, WORD)
         gen = word >> GEN_SHIFT
         if gen != seen:
-            _take_items(kind, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, gen)
+            _take_items(kind, panel, code, arrays, ctl, gen)
             seen = gen
             idle = in_flight = 0
             continue
@@ -165,72 +150,47 @@ def _team(
     astore_fenced(running, slot, 0)
     gen = aload(ctl, WORD) >> GEN_SHIFT
     if gen != seen and aload(ctl, STOP) == 0:
-        _take_items(kind, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, gen)
+        _take_items(kind, panel, code, arrays, ctl, gen)
     return 0
 
 
+# One entry point per kernel, each naming its kind as a module constant, so that Numba
+# compiles only that kernel into it.
 @njit(nogil=True)
-def team_tiles(
-    panel, afold, b_diag, code, params, r, y, stats, f0, ctl, running, slot, seen, budget, lead
-):
+def team_tiles(panel, code, arrays, ctl, running, slot, seen, budget, lead):
     """:func:`_team` with the register-tiled sweep (``cpu_tiles``)."""
-    return _team(
-        KIND_TILES,
-        panel,
-        afold,
-        b_diag,
-        code,
-        params,
-        r,
-        y,
-        stats,
-        f0,
-        ctl,
-        running,
-        slot,
-        seen,
-        budget,
-        lead,
-    )
+    return _team(KIND_TILES, panel, code, arrays, ctl, running, slot, seen, budget, lead)
 
 
 @njit(nogil=True)
-def team_panels(
-    panel, afold, b_diag, code, params, r, y, stats, f0, ctl, running, slot, seen, budget, lead
-):
+def team_panels(panel, code, arrays, ctl, running, slot, seen, budget, lead):
     """:func:`_team` with the BLAS-panel sweep (``cpu_kernels``)."""
-    return _team(
-        KIND_PANELS,
-        panel,
-        afold,
-        b_diag,
-        code,
-        params,
-        r,
-        y,
-        stats,
-        f0,
-        ctl,
-        running,
-        slot,
-        seen,
-        budget,
-        lead,
-    )
+    return _team(KIND_PANELS, panel, code, arrays, ctl, running, slot, seen, budget, lead)
 
 
-def help_sweeps(tiles, *args):
-    """A pool thread's loop (:func:`_team`); ``args`` = (panel, afold, b_diag, code,
-    params, r, y, stats, f0, ctl, running, slot, seen, budget)."""
-    (team_tiles if tiles else team_panels)(*args, False)
+def _entry(kernel_args):
+    """(compiled entry point, panel, code, arrays) of ``kernel_args`` = (tiles, panel,
+    afold, b_diag, code, params, r, y, stats, f0)."""
+    tiles, panel, afold, b_diag, code, params, r, y, stats, f0 = kernel_args
+    arrays = (afold, b_diag, params, r, y, stats, f0)
+    return (team_tiles if tiles else team_panels), panel, code, arrays
 
 
-def lead_sweep(tiles, panel, afold, b_diag, code, params, r, y, stats, f0, ctl, gen):
-    """The caller: take items of the published sweep ``gen`` with the team until none is
-    left (some may still be running on other threads: :func:`wait_items`); returns the
-    number of columns the caller swept."""
-    args = (panel, afold, b_diag, code, params, r, y, stats, f0, ctl, _NO_RUNNING, 0, gen, 0)
-    return (team_tiles if tiles else team_panels)(*args, True)
+def help_sweeps(*args):
+    """A pool thread's loop (:func:`_team`); ``args`` = the team's kernel args (tiles,
+    panel, afold, b_diag, code, params, r, y, stats, f0), then ctl, running, slot, seen,
+    budget."""
+    team, panel, code, arrays = _entry(args[:10])
+    team(panel, code, arrays, *args[10:], False)
+
+
+def lead_sweep(*args):
+    """The caller: take items of the published sweep with the team until none is left
+    (some may still be running on other threads: :func:`wait_items`); ``args`` = the
+    team's kernel args, then ctl, gen.  Returns the number of columns the caller swept."""
+    team, panel, code, arrays = _entry(args[:10])
+    ctl, gen = args[10:]
+    return team(panel, code, arrays, ctl, _NO_RUNNING, 0, gen, 0, True)
 
 
 _NO_RUNNING = np.zeros(1, dtype=np.int64)
