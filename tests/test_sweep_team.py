@@ -439,3 +439,24 @@ def test_a_team_nobody_closed_stops_its_pool_thread_when_collected():
     del team
     assert _wait_until(lambda: running.sum() == 0, seconds=2.0)
     state.close()
+
+
+def test_many_tiny_ranges_each_swept_once_under_contention_for_the_word():
+    """Ranges of a few microseconds: the threads race for the shared word all the time,
+    and a range taken twice (swept twice in one sweep) would change x."""
+    if len(_pool()) < 2:
+        pytest.skip("one CPU: no pool thread")
+    a, r, x = _problem(16, 8192, np.float64)
+    state, twin = _state(a, r, x, mg.L1(0.1)), _state(a, r, x, mg.L1(0.1))
+    team = sweep_team.SweepTeam(_kernel_args(state), spin_seconds=1.0)
+    bounds = np.array([(c, c + 32) for c in range(0, 8192, 32)], dtype=np.int64)
+    try:
+        for _ in range(40):
+            team.sweep(bounds, 2)
+            _serial_sweep(twin, bounds)
+        np.testing.assert_array_equal(state.current_x(), twin.current_x())
+        np.testing.assert_array_equal(state._stats, twin._stats)
+    finally:
+        team.close()
+        state.close()
+        twin.close()
