@@ -214,6 +214,7 @@ class CpuSweepState(SweepState):
             return False
         backoff = _team.backoff()
         if backoff.use_pool():  # a recent team sweep was slow: the sleeping pool's turn
+            self._close_team()  # its thread, still spinning, would hold the pool's job
             return False
         if self._team is None:
             args = (self._tiles, self._panel, self._afold, self._b_diag, self._code)

@@ -12,15 +12,20 @@ sweeps, and after the solve the spinning stops on its own (or at once, :meth:`cl
 The protocol, all in ``ctl`` (int64):
 
 * ``ctl[WORD]`` packs (generation, items, next item) of the current sweep.  The caller
-  writes the items' column ranges (``ctl[BOUNDS:]``), zeroes ``ctl[DONE]``, then stores
-  the word with a new generation (release).  Every thread, the caller included, takes
+  writes the items' column ranges (``ctl[BOUNDS:]``), zeroes ``ctl[DONE]``, stores the
+  word with a new generation (a fenced store, :func:`publish`), and only then posts the
+  pool threads that left their loop (``running`` 0; a leaving thread looks at the word
+  once more after marking itself gone, so no sweep is missed by both).  Every thread,
+  the caller included, takes
   items by compare-and-swap on the word (:func:`_take_items`), so an item is swept once,
   and a thread that comes late (descheduled, or still spinning up) takes none: the caller
   never waits for a thread that has not started.  A thread holding an older generation
   cannot take an item of a newer sweep (the generation is part of the word it swaps).
 * ``ctl[DONE]`` counts finished items; the caller returns when it reaches the count.
 * ``ctl[STOP]`` ends every helper's loop (:meth:`SweepTeam.close`).
-* ``running[k]`` is 1 while pool thread k is in (or queued for) the team's loop.
+* ``running[k]`` is 1 while pool thread k is in (or queued for) the team's loop.  A
+  spinning pool thread takes items of every sweep published, whatever ``threads`` the
+  caller asked for (the states ask for a team only with two threads or more).
 
 The caller waits for the last items by spinning for at most :data:`WAIT_SECONDS`, then in
 Python with short sleeps (a helper that lost its CPU to another process does not keep
