@@ -183,8 +183,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     print(describe())
-    spin = os.environ.get("MSM_GPU_SPIN", "1")
-    print(f"msm_gpu from {mg.__file__}; threads= option: {HAS_THREADS}; MSM_GPU_SPIN={spin}")
+    from msm_gpu.backends import cpu as cpu_backend
+
+    team = getattr(cpu_backend, "USE_TEAM", None)  # None: a version without the team
+    print(f"msm_gpu from {mg.__file__}; threads= option: {HAS_THREADS}; spinning team: {team}")
     print(f"load average before: {os.getloadavg()}")
     problems = cases(args.quick)
     for _, problem in problems:  # compile / warm up

@@ -33,8 +33,10 @@ SPIN_ENV = "MSM_GPU_SPIN"
 USE_TEAM = _team.SPIN_SUPPORTED and os.environ.get(SPIN_ENV, "1").strip() != "0"
 #: Ranges of more flops than this (a few ms on one thread) go to the sleeping pool even
 #: where the team runs: a wake-up is small beside them, and a team thread that finished
-#: its ranges would spin while the others end theirs.  1000 x 4096 (512 MFLOP a range):
-#: per iteration 1.26 / 1.31 GEMM on the pool, 1.39 / 1.36 on the team (float32 / 64).
+#: its ranges would spin while the others end theirs.  1000 x 4096 (ranges of 1024 /
+#: 512 MFLOP): per iteration 1.26 / 1.31 GEMM on the pool, 1.39 / 1.36 on the team
+#: (float32 / float64, in-process A/B, before the team stopped counting its spin budget
+#: while ranges were in flight).
 TEAM_MAX_ITEM_FLOPS = 2e8
 #: Narrowest range worth splitting for.
 MIN_CHUNK_COLUMNS = 32

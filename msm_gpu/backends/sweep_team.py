@@ -84,7 +84,7 @@ CALM_SWEEPS = 50
 
 #: Which kernel a team runs: a module constant in each compiled entry point, so that
 #: Numba compiles only that kernel into it (a branch on an argument compiled both: the
-#: first team at 200 x 1000 cost 21 s of compilation instead of a few).
+#: first team at 200 x 1000 cost 26 s of compilation on a cold cache, now 4.4-4.6 s).
 KIND_TILES, KIND_PANELS = 1, 2
 
 
@@ -189,15 +189,7 @@ def help_sweeps(*args):
     team(panel, code, arrays, *args[10:], False)
 
 
-def lead_sweep(*args):
-    """The caller: take items of the published sweep with the team until none is left
-    (some may still be running on other threads: :func:`wait_items`); ``args`` = the
-    team's kernel args, then ctl, gen.  Returns the number of columns the caller swept."""
-    team, panel, code, arrays = _entry(args[:10])
-    ctl, gen = args[10:]
-    return team(panel, code, arrays, ctl, _NO_RUNNING, 0, gen, 0, True)
-
-
+#: ``running`` for the caller's part (:func:`_team` with ``lead``: never read).
 _NO_RUNNING = np.zeros(1, dtype=np.int64)
 
 
@@ -335,6 +327,7 @@ class SweepTeam:
 
     def __init__(self, kernel_args, spin_seconds=SPIN_SECONDS, wait_seconds=WAIT_SECONDS):
         self.kernel_args = tuple(kernel_args)
+        self._entry = _entry(self.kernel_args)  # the compiled entry point and its args
         rate = hints_per_second()
         self.spin_budget = int(spin_seconds * rate)
         self._wait_budget = int(wait_seconds * rate)
@@ -384,7 +377,10 @@ class SweepTeam:
                 self.running[slot] = 1
                 self._queues[cpu].put(_Spin(self, slot, previous))
                 self.posted += 1
-        own_columns = lead_sweep(*self.kernel_args, ctl, gen)
+        # the caller's part: items of this generation until none is left (some may still
+        # be running on other threads: wait_items)
+        team, panel, code, arrays = self._entry
+        own_columns = team(panel, code, arrays, ctl, _NO_RUNNING, 0, gen, 0, True)
         own = time.perf_counter()
         if not wait_items(ctl, count, self._wait_budget):
             while ctl[DONE] < count:
