@@ -165,12 +165,20 @@ def stop_neighbour(proc):
 
 
 def measure(problems, repeats):
-    """{(case, threads label): seconds (median)} for the current surroundings."""
+    """{(case, threads label): seconds (median)} for the current surroundings.
+
+    The default threads and ``threads=1`` take turns, one solve each, so that both see
+    the same moments of the neighbour (which shares the CPUs by time slices of
+    milliseconds): the two rows of a case are a side-by-side comparison."""
     out = {}
+    labels = (("default", None), ("1 thread", 1))
     for name, problem in problems:
-        for label, threads in (("default", None), ("1 thread", 1)):
-            times = [run_solve(problem, threads) for _ in range(repeats)]
-            out[(name, label)] = statistics.median(times)
+        times = {label: [] for label, _ in labels}
+        for _ in range(repeats):
+            for label, threads in labels:
+                times[label].append(run_solve(problem, threads))
+        for label, _ in labels:
+            out[(name, label)] = statistics.median(times[label])
     return out
 
 
