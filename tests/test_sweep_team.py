@@ -441,19 +441,25 @@ def test_a_team_nobody_closed_stops_its_pool_thread_when_collected():
     state.close()
 
 
-def test_many_tiny_ranges_each_swept_once_under_contention_for_the_word():
-    """Ranges of a few microseconds: the threads race for the shared word all the time,
-    and a range taken twice (swept twice in one sweep) would change x."""
+@pytest.mark.parametrize("width", [32, 1])
+def test_many_tiny_ranges_each_swept_once_under_contention_for_the_word(width):
+    """Ranges of a few microseconds (32 columns) or ~1.5 us (one column): the threads
+    race for the shared word all the time.  A range taken twice would be swept twice in
+    one sweep (x changes) and counted twice in ``ctl[DONE]``.  (With a plain store in
+    place of the compare-and-swap, one-column ranges were taken twice ~30 times in 40
+    sweeps; 32-column ones not once.)"""
     if len(_pool()) < 2:
         pytest.skip("one CPU: no pool thread")
-    a, r, x = _problem(16, 8192, np.float64)
+    m = 8192 if width > 1 else 4096
+    a, r, x = _problem(16, m, np.float64)
     state, twin = _state(a, r, x, mg.L1(0.1)), _state(a, r, x, mg.L1(0.1))
     team = sweep_team.SweepTeam(_kernel_args(state), spin_seconds=1.0)
-    bounds = np.array([(c, c + 32) for c in range(0, 8192, 32)], dtype=np.int64)
+    bounds = np.array([(c, c + width) for c in range(0, m, width)], dtype=np.int64)
     try:
         for _ in range(40):
             team.sweep(bounds, 2)
-            _serial_sweep(twin, bounds)
+            _serial_sweep(twin, bounds)  # meanwhile a range taken twice would end too
+            assert team.ctl[sweep_team.DONE] == len(bounds)
         np.testing.assert_array_equal(state.current_x(), twin.current_x())
         np.testing.assert_array_equal(state._stats, twin._stats)
     finally:
