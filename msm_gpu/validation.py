@@ -197,11 +197,16 @@ class VerifiedMatrix:
     PSD verdict also on the working dtype (its eps and A's rounding to it): the entry
     keeps the working dtypes it passed for.  One entry, replaced whole (safe from several
     threads); only NumPy float arrays of at most ``max_n`` rows.
+
+    The entry also keeps what callers derived from that A (:meth:`keep_derived`, e.g.
+    ``prepare_solve``'s rescaled copy per backend and dtype), dropped with the entry
+    (an entry is a tuple never changed but for that dict).
     """
 
     def __init__(self, max_n):
         self.max_n = int(max_n)
-        self._entry = None  # (copy of A, frozenset of working dtypes it passed for)
+        # (copy of A, frozenset of working dtypes it passed for, {key: derived value})
+        self._entry = None
 
     def _eligible(self, a):
         return (
@@ -214,19 +219,45 @@ class VerifiedMatrix:
     def passed(self, a) -> frozenset:
         """The working dtypes for which a matrix equal to ``a`` (dtype, shape, entries)
         passed both tests; empty when ``a`` is not the matrix remembered."""
+        return self.match(a)[0]
+
+    def match(self, a):
+        """(:meth:`passed`, the entry ``a`` matched or None): the entry is the handle of
+        :meth:`derived` and :meth:`keep_derived`, so that a value derived from ``a``
+        never lands on an entry another thread has put in its place meanwhile."""
         entry = self._entry
         if entry is None or not self._eligible(a):
-            return frozenset()
-        kept, dtypes = entry
+            return frozenset(), None
+        kept, dtypes, _ = entry
         if kept.dtype != a.dtype or kept.shape != a.shape or not np.array_equal(kept, a):
-            return frozenset()
-        return dtypes
+            return frozenset(), None
+        return dtypes, entry
 
-    def remember(self, a, working, passed=frozenset()) -> None:
+    def remember(self, a, working, passed=frozenset(), entry=None):
         """Keep a copy of ``a``, which has just passed both tests for the ``working``
-        dtype (``passed``: the dtypes it was already known to pass for)."""
-        if self._eligible(a):
-            self._entry = (np.array(a, copy=True), frozenset(passed) | {np.dtype(working)})
+        dtype (``passed``: the dtypes it was already known to pass for; ``entry``: the
+        entry it matched, whose derived values then stay).  Returns the new entry, or
+        None where ``a`` is not kept (only NumPy float arrays of at most ``max_n`` rows
+        are)."""
+        if not self._eligible(a):
+            return None
+        derived = entry[2] if entry is not None else {}
+        new = (np.array(a, copy=True), frozenset(passed) | {np.dtype(working)}, derived)
+        self._entry = new
+        return new
+
+    @staticmethod
+    def derived(entry, key):
+        """The value kept under ``key`` with ``entry`` (from :meth:`match` or
+        :meth:`remember`; None: none), or None."""
+        return None if entry is None else entry[2].get(key)
+
+    @staticmethod
+    def keep_derived(entry, key, value) -> None:
+        """Keep ``value``, derived from ``entry``'s matrix (treat it as read-only), with
+        that entry, under ``key``: gone when the entry is replaced."""
+        if entry is not None:
+            entry[2][key] = value
 
     def forget(self) -> None:
         self._entry = None
