@@ -241,8 +241,9 @@ class VerifiedMatrix:
         are)."""
         if not self._eligible(a):
             return None
-        derived = entry[2] if entry is not None else {}
-        new = (np.array(a, copy=True), frozenset(passed) | {np.dtype(working)}, derived)
+        # a matched entry's copy equals a: kept, with the values derived from it
+        kept, derived = (entry[0], entry[2]) if entry is not None else (np.array(a), {})
+        new = (kept, frozenset(passed) | {np.dtype(working)}, derived)
         self._entry = new
         return new
 

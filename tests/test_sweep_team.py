@@ -41,13 +41,7 @@ def _state(a, r, x, penalty, tiles=None):
 
 
 def _kernel_args(state):
-    return (state._tiles, state._panel, state._afold, state._b_diag, state._code) + (
-        state._table,
-        state._rc,
-        state._y,
-        state._stats,
-        state._terms,
-    )
+    return state._team_args()
 
 
 def _serial_sweep(state, bounds, with_f0=False):

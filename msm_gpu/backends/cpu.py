@@ -219,11 +219,20 @@ class CpuSweepState(SweepState):
             self._close_team()  # its thread, still spinning, would hold the pool's job
             return False
         if self._team is None:
-            args = (self._tiles, self._panel, self._afold, self._b_diag, self._code)
-            args += (self._table, self._rc, self._y, self._stats, self._terms)
-            self._team = _team.SweepTeam(args)
+            self._team = _team.SweepTeam(self._team_args())
         backoff.record(self._team.sweep(ranges, threads, with_f0))
         return True
+
+    def _team_args(self):
+        """The kernels' arguments a :class:`sweep_team.SweepTeam` sweeps with (tiles,
+        panel, afold, b_diag, code, params, r, y, stats, f0): fixed until :meth:`_use`."""
+        return (self._tiles, self._panel, self._afold, self._b_diag, self._code) + (
+            self._table,
+            self._rc,
+            self._y,
+            self._stats,
+            self._terms,
+        )
 
     def _close_team(self):
         if self._team is not None:
