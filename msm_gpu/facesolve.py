@@ -24,18 +24,22 @@ from numba import prange
 from .arrays import module_of, namespace, to_host
 from .backends.jit import njit  # cached outside site-packages
 
+#: Relative pivot (to G_jj) at or below which a face's Cholesky factor leaves a variable
+#: out: rounding gives a dependent column a pivot of ~ n eps G_jj.
+SINGULAR_PIVOT = 1e-10
+
 
 def _solve_columns(G, P, passive, cols, X):
     """Per column c in ``cols``: X[F, c] = G[F, F]^{-1} P[F, c] (F = passive rows), 0 elsewhere.
 
-    Cholesky of the passive block per column (O(|F|^3)); a pivot <= 0 (singular
-    block) is replaced by a tiny positive one, i.e. a minimal ridge.
+    Cholesky of the passive block per column (O(|F|^3)).  A variable whose pivot is at
+    most ``SINGULAR_PIVOT G_jj`` (its column is, numerically, in the span of the earlier
+    ones: a singular face) is left out of the solve, at 0: its pivot is set to +inf, which
+    zeroes its row of the triangular solves.  On a face whose right-hand side lies in the
+    range of G[F, F] (least squares) that is still a minimiser; a factor that divided by
+    rounding noise would give a huge, meaningless one.
     """
     k = G.shape[0]
-    scale = 0.0
-    for i in range(k):
-        scale = max(scale, G[i, i])
-    tiny = 1e-13 * max(scale, 1e-300)
     for q in prange(cols.shape[0]):
         c = cols[q]
         idx = np.empty(k, dtype=np.int64)
@@ -54,7 +58,8 @@ def _solve_columns(G, P, passive, cols, X):
                 for t in range(b):
                     acc -= L[a, t] * L[b, t]
                 if a == b:
-                    L[a, a] = math.sqrt(acc) if acc > tiny else math.sqrt(tiny)
+                    tiny = SINGULAR_PIVOT * G[idx[a], idx[a]]
+                    L[a, a] = math.sqrt(acc) if acc > tiny and acc > 0.0 else math.inf
                 else:
                     L[a, b] = acc / L[b, b]
         z = np.empty(f)
@@ -136,13 +141,28 @@ def solve_passive(G, P, passive):
         sub = G[np.ix_(rows, rows)]
         rhs = P[np.ix_(rows, cols)]
         try:
-            sol = scipy.linalg.cho_solve(
-                scipy.linalg.cho_factor(sub, check_finite=False), rhs, check_finite=False
-            )
+            factor = scipy.linalg.cho_factor(sub, lower=True, check_finite=False)
+            regular = _regular_factor(factor[0], sub)
         except (np.linalg.LinAlgError, scipy.linalg.LinAlgError):
-            sol = np.linalg.lstsq(sub, rhs, rcond=None)[0]
-        X[np.ix_(rows, cols)] = sol
+            regular = False
+        if regular:
+            X[np.ix_(rows, cols)] = scipy.linalg.cho_solve(factor, rhs, check_finite=False)
+        else:  # a singular face: the per-column kernel leaves dependent variables out
+            solve_columns_serial(
+                np.ascontiguousarray(G, dtype=np.float64),
+                np.ascontiguousarray(P, dtype=np.float64),
+                np.ascontiguousarray(passive),
+                cols.astype(np.int64),
+                X,
+            )
     return X
+
+
+def _regular_factor(lower, sub):
+    """Whether every pivot of the Cholesky factor ``lower`` of ``sub`` exceeds
+    :data:`SINGULAR_PIVOT` times its diagonal entry (squared pivot vs G_jj)."""
+    pivots = np.diagonal(lower) ** 2
+    return bool(np.all(pivots > SINGULAR_PIVOT * np.diagonal(sub)))
 
 
 def block_pivoting(G, P, passive, *, eps, max_rounds):
@@ -244,7 +264,8 @@ def _group_keys(passive):
 def _inverse_spd(xp, m):
     """Inverses of a stack of symmetric PSD matrices (b, k, k).
 
-    Cholesky when it succeeds for the whole stack; otherwise the eigendecomposition with
+    Cholesky when it succeeds for the whole stack with every pivot above
+    :data:`SINGULAR_PIVOT` times its diagonal entry; otherwise the eigendecomposition with
     the eigenvalues below k eps max|eig| dropped (the pseudo-inverse: on a singular face of
     a least-squares problem the right-hand side lies in the range, so it gives a minimiser).
     """
@@ -252,7 +273,10 @@ def _inverse_spd(xp, m):
     eye = xp.eye(k, dtype=m.dtype)
     try:
         chol = xp.linalg.cholesky(m)
-        ok = bool(xp.all(xp.isfinite(chol)))
+        pivots = xp.linalg.diagonal(chol) ** 2
+        ok = bool(xp.all(xp.isfinite(chol))) and bool(
+            xp.all(pivots > SINGULAR_PIVOT * xp.linalg.diagonal(m))
+        )
     except np.linalg.LinAlgError:
         ok = False
     if ok:
@@ -296,6 +320,10 @@ def solve_passive_batched(G, P, passive):
         sol = xp.matmul(xp.take(inv, inverse[cols], axis=0), rhs)[:, :, 0]
         X[:, cols] = sol.T * fmask[:, cols]
     return X
+
+
+#: CG stops a column whose search direction p has p'Gp <= NULL_CURVATURE sum_j G_jj p_j^2.
+NULL_CURVATURE = 1e-10
 
 
 def solve_passive_cg(G, P, passive, x0=None, *, rtol=1e-13, max_iter=None):
@@ -342,7 +370,9 @@ def solve_passive_cg(G, P, passive, x0=None, *, rtol=1e-13, max_iter=None):
     while n_iter < max_iter:
         q = fmask * xp.matmul(G, p)
         pq = xp.sum(p * q, axis=0)
-        ok = pq > 0
+        # a direction of (numerically) zero curvature lies in the face's null space: the
+        # column stops there (on an inconsistent singular face CG would grow without end)
+        ok = pq > NULL_CURVATURE * xp.sum(p * p * diag[:, None], axis=0)
         alpha = xp.where(ok, rz / xp.where(ok, pq, xp.ones_like(pq)), xp.zeros_like(pq))
         x = x + alpha * p
         res = res - alpha * q
