@@ -111,14 +111,16 @@ def solve(
     verbose : bool
         Show a tqdm progress bar (iterations, objective, active columns).
     finish : {"auto", "exact", None}
-        After the MSM sweeps, solve exactly on the face they found (``msm_gpu/finish.py``):
-        "auto" (default) factorises faces for n <= 400 and uses conjugate gradients above
-        (and is skipped for ``tol=0``: a fixed number of plain MSM iterations), "exact"
-        always factorises, None is the paper's plain MSM.  With a finish and a
-        convex penalty, ``converged`` means a relative KKT residual <= ``tol`` in every
-        column (``info["kkt_residual"]``) and the MSM phase runs at most a few sweeps (it
-        only has to find the face); for L0/Lp the finish is a support polish, kept per
-        column only where it does not increase F.  MSM only (ignored by the baselines).
+        Solve exactly on the face the MSM sweeps found (``msm_gpu/finish.py``): on the CPU
+        with n <= 1024 an active set per column (no sweeps first where x = 0 is a vertex
+        of h); above, or on a GPU, factorised faces, or under "auto" conjugate gradients
+        for n > 1024 (n > 128 on a GPU).  "auto" is skipped for ``tol=0`` (a fixed number
+        of plain MSM iterations), "exact" is not; None is the paper's plain MSM.  With a
+        finish and a convex penalty, ``converged`` means a relative KKT residual <=
+        ``tol`` in every column (``info["kkt_residual"]``); a column the finish cannot
+        settle gets plain MSM's answer where it is better, so the default is never worse
+        than None.  For L0/Lp the finish is a support polish, kept per column only where
+        it does not increase F.  MSM only (ignored by the baselines).
     threads : int >= 1, optional
         Most CPU threads an MSM sweep may use.  Default: chosen from the work (one thread
         for small problems), at most the CPUs available, ``NUMBA_NUM_THREADS`` and
@@ -244,6 +246,7 @@ def _solve_on_backend(problem, started, options):
                 panel=opts.panel,
                 psd_known=problem.psd_known,
                 fine=problem.fine,
+                design=problem.design,
                 threads=opts.threads,
                 **loop_options,
             )

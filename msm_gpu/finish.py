@@ -52,6 +52,7 @@ from .finish_terms import host_terms
 from .loop import LoopOutcome
 from .nnls_columns import nnls_active_set
 from .penalties import CODE_BOX, CODE_L1
+from .pwl_active_set import pwl_active_set
 from .scaling import equilibration, row_scaled_penalty
 
 #: Accepted values of ``finish``.
@@ -71,6 +72,11 @@ DIRECT_MAX_N_DEVICE = 128
 #: faster at every n up to 1000 (n = 1000, r = 2048: 3.9 s vs 7.0 s with CG faces), slower
 #: from n = 1500 (r = 128: 1.2 s vs 0.97 s).
 ACTIVE_SET_MAX_N = 1024
+
+#: Largest n for which the columns the pivoting leaves unfinished go to the per-column
+#: active set on the host (:func:`msm_gpu.pwl_active_set.pwl_active_set`, one n x n factor
+#: per thread).
+PWL_MAX_N = 4096
 
 #: Warm-up: MSM runs in chunks of WARMUP_CHUNK sweeps, at most WARMUP_MAX sweeps, and stops
 #: once fewer than WARMUP_SETTLED of the entries changed face during the last chunk.  Before
@@ -481,10 +487,12 @@ def finish_columns(
     method,
     tol,
     sweep=None,
+    settle=None,
     fallback_rounds=10,
     fallback_sweeps=5,
     threads=None,
     fine=None,
+    design=None,
 ):
     """Finish the MSM iterate ``x`` (n x c) of min 1/2 x'Ax + x'r + h(x), per column.
 
@@ -501,6 +509,11 @@ def finish_columns(
         ``sweep(x_cols, cols, k)`` -> x after k MSM sweeps on the columns ``cols`` (in the
         working dtype).  Used between the monotone steps for columns the pivoting did not
         finish, and for the fixed-point check of the polish.
+    settle : callable, optional
+        ``settle(x_cols, cols)`` -> x after plain MSM run to its own stopping rule (the
+        user's tol and max_iter) on the columns ``cols``: resumed from ``x`` for the
+        columns that still violate KKT, it is plain MSM's answer, and the better of the two
+        is kept (no column ends above plain MSM).
     fallback_rounds, fallback_sweeps : int
         Monotone rounds (``fallback_sweeps`` MSM sweeps + :func:`projected_face_step`)
         for the columns the pivoting left violating KKT.
@@ -509,6 +522,8 @@ def finish_columns(
     fine : (a, r) float64 arrays, optional
         The same a and r formed in float64 (float32 least squares): the finish solves
         this problem, not the rounded float32 one.
+    design : Design, optional
+        C and D of a least-squares problem: F is then compared from the residual.
 
     Returns
     -------
@@ -540,15 +555,20 @@ def finish_columns(
     solver = FaceSolver(xp, a_s, "direct" if method == "active_set" else method)
     # x0 may lie outside the bounds.  The face tables cost ~0.1 ms (a tenth of a small
     # NNLS call): the active set builds them only for its fallback below
-    if method == "active_set":
+    if method == "active_set" and _is_nonnegativity(pen_s):
         faces = None
         y_start = np.maximum(x_in / s, 0.0)  # NNLS: the bounds are [0, inf)
     else:
         faces = Faces(xp, pen_s, n)
         y_start = faces.project(x_in / s)
-    if method == "active_set":
+    if method == "active_set" and _is_nonnegativity(pen_s):
         # NNLS on the host, small n: Lawson & Hanson per column, in Numba
         yf, ok, iterations = nnls_active_set(a_s, -r_s, y_start, threads=threads)
+        rounds = int(iterations.max(initial=0))
+    elif method == "active_set":
+        # every other convex h on the host: the same active set over its pieces
+        yf, status, iterations = pwl_active_set(a_s, r_s, faces, y_start, threads=threads)
+        ok = status == 1
         rounds = int(iterations.max(initial=0))
     elif method == "direct" and locked is None and solver.on_host and _is_nonnegativity(pen_s):
         # NNLS on the host: the lean NumPy pivoting that bpp uses (same rule as pivot)
@@ -581,6 +601,9 @@ def finish_columns(
         )
         if _tail_on_host(solver, pen_s, locked, n):
             ya, active_iters = _host_active_set(xp, a_s, r_s[:, cols], start, threads)
+        elif locked is None and n <= PWL_MAX_N:
+            # the per-column active set on the host: singular faces handled as such
+            ya, active_iters = _host_pwl(xp, a_s, r_s[:, cols], start, pen_s, threads)
         else:
             lc = None if locked is None else locked[:, cols]
             faces = faces if faces is not None else Faces(xp, pen_s, n)
@@ -590,7 +613,7 @@ def finish_columns(
         yf[:, cols] = ya
     xf = yf * s
     if not penalty.is_convex:
-        keep = _no_increase(xp, a64, r64, x_in, xf, penalty)[0]
+        keep = _no_increase(xp, a64, r64, x_in, xf, penalty, design)[0]
         keep = keep & _fixed_points(xp, xf, xp.arange(c), sweep, x.dtype, tol)
         # a singular support system with r outside its range (F unbounded below on the
         # support) gives a huge, meaningless solution whose F cannot be evaluated: refused
@@ -603,6 +626,15 @@ def finish_columns(
     fallback = 0
     kkt = kkt_residual(a64, r64, x_out, penalty)
     todo = xp.nonzero(xp.asarray(kkt > tol))[0]
+    if todo.shape[0] > 0 and method != "active_set" and n <= PWL_MAX_N:
+        # the KKT conditions fail where a face was (numerically) singular: the host's
+        # active set, which handles such faces, from where the pivoting stopped
+        ys, more = _host_pwl(xp, a_s, r_s[:, todo], x_out[:, todo] / s, pen_s, threads)
+        active_iters = max(active_iters, more)
+        x_out[:, todo] = ys * s
+        kkt_todo = kkt_residual(a64, r64[:, todo], x_out[:, todo], penalty)
+        kkt[to_host(todo)] = kkt_todo
+        todo = todo[xp.asarray(kkt_todo > tol)]
     while todo.shape[0] > 0 and fallback < fallback_rounds:
         fallback += 1
         xs = x_out[:, todo]
@@ -615,10 +647,21 @@ def finish_columns(
         kkt_todo = kkt_residual(a64, r64[:, todo], xs, penalty)
         kkt[to_host(todo)] = kkt_todo
         todo = todo[xp.asarray(kkt_todo > tol)]
-    keep, f_out = _no_increase(xp, a64, r64, x_in, x_out, penalty)
+    if todo.shape[0] > 0 and settle is not None:
+        # plain MSM resumed from the finish's input (the iterate of its first sweeps, or
+        # x0): plain MSM's own answer, taken where it is better, so that no column ends
+        # above it
+        xs = xp.astype(settle(xp.astype(x_in[:, todo], x.dtype), todo), xp.float64)
+        better, _ = _no_increase(
+            xp, a64, r64[:, todo], x_out[:, todo], xs, penalty, _columns(design, todo)
+        )
+        x_out[:, todo] = xp.where(better[None, :], xs, x_out[:, todo])
+        kkt[to_host(todo)] = kkt_residual(a64, r64[:, todo], x_out[:, todo], penalty)
+    keep, f_out = _no_increase(xp, a64, r64, x_in, x_out, penalty, design)
     info = _info(xp, solver, rounds, active_iters, fallback, keep)
     if bool(xp.all(keep)):  # what the caller would compute again: F and KKT of x_out
-        info.update({"_f_columns": f_out, "_kkt_residual": kkt})
+        info.update({"_f_design" if design is not None else "_f_columns": f_out})
+        info["_kkt_residual"] = kkt
     else:
         x_out = xp.where(keep[None, :], x_out, x_in)
     return x_out, info
@@ -647,11 +690,32 @@ def _tail_on_host(solver, penalty, locked, n):
     )
 
 
+def _host_pwl(xp, a, r, start, penalty, threads):
+    """:func:`msm_gpu.pwl_active_set.pwl_active_set` on the host from ``start`` (in
+    ``xp``); the answer back in ``xp`` and the most iterations of any column."""
+    faces = Faces(np, penalty, a.shape[0])
+    y, _, iterations = pwl_active_set(
+        to_host(a), to_host(r), faces, to_host(start), threads=threads
+    )
+    return xp.asarray(y), int(iterations.max(initial=0))
+
+
 def _host_active_set(xp, a, r, start, threads):
     """NNLS min 1/2 y'Ay + y'r, y >= 0, per column from ``start`` on the host; the answer
     back in ``xp`` and the most iterations of any column."""
     y, _, iterations = nnls_active_set(to_host(a), -to_host(r), to_host(start), threads=threads)
     return xp.asarray(y), int(iterations.max(initial=0))
+
+
+def _zero_inside_a_box(penalty):
+    """Some row has lb < 0 < ub with a finite bound: x = 0 lies inside a piece of h, and
+    MSM sweeps find the bounds that hold before the active set starts (a box)."""
+    if penalty.code != CODE_BOX:
+        return False
+    lb = np.asarray(penalty.lb, dtype=np.float64)
+    ub = np.asarray(penalty.ub, dtype=np.float64)
+    inside = (lb < 0) & (ub > 0) & (np.isfinite(lb) | np.isfinite(ub))
+    return bool(np.any(inside))
 
 
 def _is_nonnegativity(penalty):
@@ -674,17 +738,44 @@ def _info(xp, solver, rounds, active_iters, fallback, keep):
     }
 
 
-def _no_increase(xp, a, r, x_old, x_new, penalty):
-    """Columns where F(x_new) <= F(x_old), up to the rounding of F(x_old) (4 eps |terms|),
-    and F(x_new) per column.
+def _columns(design, cols):
+    """``design`` restricted to the columns ``cols`` of D (None stays None)."""
+    return None if design is None else design.columns(cols)
 
-    The allowance comes from the old point only: a new point of huge magnitude (an
-    unbounded or singular problem) cannot buy itself a large allowance.
+
+def _no_increase(xp, a, r, x_old, x_new, penalty, design=None):
+    """Columns where F(x_new) is not above F(x_old) beyond rounding, and F(x_new) per column.
+
+    With the ``design`` (least squares), F comes from the residual (:class:`Design`),
+    accurate to its own rounding, and x_new is kept where F(x_new) <= F(x_old) + that
+    rounding.  Without it, F comes from the Gram form, whose rounding grows with
+    (sum_j |x_j| sqrt(A_jj))^2 (:func:`objective_with_error`): x_new is kept only if
+    F(x_new) + its error <= F(x_old) + its error, so that a huge x_new on a singular face
+    (where the Gram form is noise) cannot pass for a decrease.
     """
-    f_old, size_old = column_objective(xp, a, r, x_old, penalty)
-    f_new, _ = column_objective(xp, a, r, x_new, penalty)
+    if design is not None:
+        f_old, allowance = design.objective(x_old, penalty)
+        f_new, _ = design.objective(x_new, penalty)
+        return f_new <= f_old + allowance, f_new
+    f_old, err_old = objective_with_error(xp, a, r, x_old, penalty)
+    f_new, err_new = objective_with_error(xp, a, r, x_new, penalty)
+    return f_new + err_new <= f_old + err_old, f_new
+
+
+def objective_with_error(xp, a, r, x, penalty):
+    """F per column in the Gram form and a bound on its rounding error.
+
+    (A x)_j is off by at most n eps sum_k |A_jk| |x_k| <= n eps sqrt(A_jj) S with
+    S = sum_k sqrt(A_kk) |x_k| (A PSD: |A_jk| <= sqrt(A_jj A_kk)); the bound taken is
+    sqrt(n) eps S^2 (the typical, not the worst, accumulation) plus 4 eps times the size
+    of the other terms.
+    """
+    f, size = column_objective(xp, a, r, x, penalty)
+    n = a.shape[0]
+    root = xp.sqrt(xp.clip(xp.astype(xp.diagonal(a), xp.float64), 0.0, None))
+    big = xp.sum(root[:, None] * xp.abs(xp.astype(x, xp.float64)), axis=0)
     eps = np.finfo(np.float64).eps
-    return f_new <= f_old + 4 * eps * size_old, f_new
+    return f, 4 * eps * size + math.sqrt(n) * eps * big * big
 
 
 def _fixed_points(xp, xf, cols, sweep, dtype, tol):
@@ -714,7 +805,7 @@ def face_method(finish, n, on_host=True, penalty=None):
     """How faces are solved: "cg" for large n under "auto" (n > :data:`DIRECT_MAX_N` on the
     host, > :data:`DIRECT_MAX_N_DEVICE` on a GPU), factorisations otherwise; for NNLS
     (``penalty`` NonNeg) on the host with n <= :data:`ACTIVE_SET_MAX_N`, "active_set"."""
-    if on_host and n <= ACTIVE_SET_MAX_N and penalty is not None and _is_nonnegativity(penalty):
+    if on_host and n <= ACTIVE_SET_MAX_N and penalty is not None and penalty.is_convex:
         return "active_set"
     limit = DIRECT_MAX_N if on_host else DIRECT_MAX_N_DEVICE
     if finish == "auto" and n > limit:
@@ -739,6 +830,7 @@ def run_msm_finished(
     psd_known=True,
     threads=None,
     fine=None,
+    design=None,
     **loop,
 ):
     """MSM sweeps through :func:`msm_gpu.loop.run_iterations`, then the exact finish.
@@ -755,8 +847,10 @@ def run_msm_finished(
     face solves of a convex finish need it, so without it the plain MSM run (to its own
     stopping rule) is returned, with ``info["finish_skipped"]`` saying why.
     ``fine``: a and r in float64 for a float32 problem (``Problem.fine``): the finish
-    and the reported KKT residual use them.  ``x0`` is handed over: the sweeps may
-    overwrite it.
+    and the reported KKT residual use them.  ``design``: C and D of a least-squares
+    problem (``Problem.design``): the finish compares F from the residual, and hands it
+    on in ``info["_f_design"]`` (float64 runs) for the result.  ``x0`` is handed over:
+    the sweeps may overwrite it.
     ``loop`` holds the keywords of ``run_iterations`` (tol, max_iter, time_limit,
     record_objective, callback, to_user, start_time, ...).  Returns its
     :class:`~msm_gpu.loop.LoopOutcome`, with ``info`` extended by the finish details
@@ -777,6 +871,11 @@ def run_msm_finished(
         )
         return run_iterations(method, n_cols=rr.shape[1], **options)
 
+    def settle(x_cols, cols):
+        quiet = {"time_limit": None, "record_objective": False, "callback": None}
+        quiet.update({"verbose": False, "to_user": lambda v: v, "x_floor": None})
+        return msm_run(x_cols, r[:, cols], start_time=time.perf_counter(), **quiet).x
+
     def sweep(x_cols, cols, k):
         quiet = {"tol": 0.0, "max_iter": k, "time_limit": None, "record_objective": False}
         quiet.update({"callback": None, "verbose": False, "to_user": lambda v: v})
@@ -793,10 +892,10 @@ def run_msm_finished(
     # sweeps asked for: a callback or progress bar watches them, or tol = 0 (exactly
     # max_iter iterations, then the finish)
     sweeps_wanted = loop["callback"] is not None or loop.get("verbose") or tol == 0
-    if method == "active_set" and not sweeps_wanted:
-        # small NNLS on the host: the active set from x0 needs no sweeps (they find faces
-        # it then has to undo: benchmarks/bench_nnls.py)
-        out = _start_outcome(xp, a, r, x0, penalty, record_objective)
+    if method == "active_set" and not sweeps_wanted and not _zero_inside_a_box(penalty):
+        # the host's active set from x0 needs no sweeps where x = 0 is a vertex of h
+        # (NNLS, l1): they find faces it then has to undo (benchmarks/bench_nnls.py)
+        out = _start_outcome(xp, a, r, x0, penalty, record_objective, splitting)
     elif penalty.is_convex:
         # warm-up: MSM until the face settles (checked every WARMUP_CHUNK sweeps)
         faces = Faces(xp, penalty, n)
@@ -827,19 +926,34 @@ def run_msm_finished(
     if not stopped:
         with _blas_threads(backend, n, c):
             x64, details = finish_columns(
-                a, r, x, penalty, method=method, tol=tol, sweep=sweep, threads=threads, fine=fine
+                a,
+                r,
+                x,
+                penalty,
+                method=method,
+                tol=tol,
+                sweep=sweep,
+                settle=settle,
+                threads=threads,
+                fine=fine,
+                design=design,
             )
         if a.dtype == xp.float64:
             known = details.get("_f_columns"), details.get("_kkt_residual")
+            if "_f_design" in details:
+                info["_f_design"] = details["_f_design"]
         details.pop("_f_columns", None)
         details.pop("_kkt_residual", None)
+        details.pop("_f_design", None)
         info.update(details)
         x = xp.astype(x64, a.dtype)
     f_cols, kkt = known
     if kkt is None:
         kkt = kkt_residual(*(fine if fine is not None else (a, r)), x, penalty)
     info["kkt_residual"] = kkt
-    if f_cols is None and a.dtype == xp.float64:
+    if design is not None:
+        f_cols = None  # the result takes F from the residual (problem.user_outcome)
+    elif f_cols is None and a.dtype == xp.float64:
         f_cols, _ = column_objective(xp, a, r, x, penalty)
     elif f_cols is None:
         # as the plain run reports it: the bounds compared in x's dtype (a float32 x at a
@@ -847,7 +961,7 @@ def run_msm_finished(
         from .driver import column_objectives
 
         f_cols = column_objectives(xp, a, r, x, penalty)[0]
-    fun = float(xp.sum(f_cols))
+    fun = math.nan if f_cols is None else float(xp.sum(f_cols))
     if record_objective:
         history.append(fun)
     if penalty.is_convex:
@@ -880,8 +994,9 @@ def run_msm_finished(
     )
 
 
-def _start_outcome(xp, a, r, x0, penalty, record_objective):
-    """The outcome of zero MSM iterations from x0 (what the finish starts from)."""
+def _start_outcome(xp, a, r, x0, penalty, record_objective, splitting):
+    """The outcome of zero MSM iterations from x0 (what the finish starts from); its info
+    holds the splitting's parameters, as a run's does."""
     c = r.shape[1]
     history = []
     if record_objective:
@@ -896,7 +1011,7 @@ def _start_outcome(xp, a, r, x0, penalty, record_objective):
         message="no MSM iterations (active set from x0)",
         objective=np.asarray(history, dtype=np.float64),
         timings={"setup": 0.0, "iterations": 0.0},
-        info={},
+        info={"omega": splitting.omega, "theta": splitting.theta, "delta": splitting.delta},
         diverged=False,
     )
 

@@ -18,6 +18,7 @@ import numpy as np
 from . import validation as v
 from .arrays import is_cupy, is_sparse, module_of, to_host
 from .backends import get_backend
+from .design import Design
 from .input_stats import all_finite, host_float_stats
 from .scaling import (
     Scaling,
@@ -78,6 +79,9 @@ class Problem:
         Least squares in float32: C'C and -C'D formed in float64 from the same (rescaled)
         C and D, for the exact finish (the float32 products are off by ~ 6e-8 relative,
         which the finish would then solve exactly).  None otherwise.
+    design : Design or None
+        Least squares: the rescaled C and D, from which the objective is evaluated
+        accurately (:mod:`msm_gpu.design`).  None for ``solve``.
     """
 
     backend: object
@@ -91,6 +95,7 @@ class Problem:
     x_floor: np.ndarray
     psd_known: bool = False
     fine: object = None
+    design: object = None
 
     def to_user(self, x, in_place=False):
         """The user's X (array kind, shape, units) from an internal (n, r) iterate
@@ -237,7 +242,7 @@ def prepare_least_squares(C, D, penalty, x0, backend, *, fine_gram=False) -> Pro
         if d_exp:
             r = ldexp(r, -d_exp)
     problem = _finish(be, a, r, x0, dtype, penalty, scaling, _user_like(D), psd_known=True)
-    return problem if fine is None else replace(problem, fine=fine)
+    return replace(problem, fine=fine, design=Design(c, d, d_exp))
 
 
 #: Columns of D converted to float64 at a time by :func:`_gram_in_float64` (memory bound).
@@ -308,8 +313,20 @@ def user_outcome(problem, out):
     and ``info`` (curvatures such as delta and L in A's units).
     """
     scaling = problem.scaling
+    info = dict(out.info)
+    objective = scaling.fun_to_user(out.objective)
+    f_design = info.pop("_f_design", None)
+    if problem.design is not None:
+        # least squares: F from the residual (msm_gpu.design), not from the Gram form
+        if f_design is None:
+            with np.errstate(all="ignore"):  # a non-finite x: reported below
+                f_design = problem.design.objective(out.x, problem.penalty)[0]
+        fun = ldexp_float(float(module_of(f_design).sum(f_design)), scaling.f_exp)
+        if objective.size:  # the last entry is F at the returned x
+            objective[-1] = fun
+    else:
+        fun = scaling.fun_to_user(out.fun)
     x_user = problem.to_user(out.x, in_place=True)  # the loop's x is not read again
-    fun = scaling.fun_to_user(out.fun)
     converged = out.converged_columns.copy()
     message = out.message
     x_finite = all_finite(x_user)  # NumPy: one compiled pass
@@ -323,7 +340,6 @@ def user_outcome(problem, out):
                 f"{message}; but {what} is not finite in the input's dtype at this data "
                 "scale: no solution is reported as converged"
             )
-    info = dict(out.info)
     for key in _CURVATURE_KEYS:
         if key in info:
             value = info[key]
@@ -335,7 +351,7 @@ def user_outcome(problem, out):
     return {
         "x": x_user,
         "fun": fun,
-        "objective": scaling.fun_to_user(out.objective),
+        "objective": objective,
         "converged_columns": converged,
         "message": message,
         "info": info,

@@ -437,7 +437,9 @@ def test_finish_columns_other_face_solvers(rng, method):
     np.testing.assert_allclose(x, ref, rtol=0, atol=1e-8)
 
 
-def test_large_n_uses_cg_and_is_exact(rng):
+def test_large_n_uses_cg_and_is_exact(rng, monkeypatch):
+    # the host's active set takes n <= ACTIVE_SET_MAX_N: lowered here to test CG at n = 420
+    monkeypatch.setattr(finish, "ACTIVE_SET_MAX_N", finish.DIRECT_MAX_N)
     n = finish.DIRECT_MAX_N + 20
     c = np.abs(rng.normal(size=(n + 100, n)))
     d = np.abs(rng.normal(size=(n + 100, 3)))
@@ -457,15 +459,18 @@ def test_face_method_per_backend():
     assert finish.face_method("auto", n, on_host=False) == "cg"
     assert finish.face_method("auto", lim_dev, on_host=False) == "direct"
     assert finish.face_method("exact", 10 * lim_host, on_host=False) == "direct"
-    # NNLS on the host up to ACTIVE_SET_MAX_N: the per-column active set, whatever finish
+    # every convex h on the host up to ACTIVE_SET_MAX_N: the per-column active set,
+    # whatever finish; the nonconvex polish factorises its supports
     lim_as = finish.ACTIVE_SET_MAX_N
     for mode in ("auto", "exact"):
-        assert finish.face_method(mode, lim_as, True, mg.NonNeg()) == "active_set"
-        assert finish.face_method(mode, lim_as, True, mg.Box(0.0, np.inf)) == "active_set"
+        for pen in (mg.NonNeg(), mg.Box(0.0, np.inf), mg.Box(0.0, 1.0), mg.NonNegL1(0.1)):
+            assert finish.face_method(mode, lim_as, True, pen) == "active_set"
+        assert finish.face_method(mode, 5, True, mg.L1(0.1)) == "active_set"
+        assert finish.face_method(mode, 5, True, mg.Zero()) == "active_set"
         assert finish.face_method(mode, 5, False, mg.NonNeg()) == "direct"  # GPU
-        assert finish.face_method(mode, 5, True, mg.Box(0.0, 1.0)) == "direct"
-        assert finish.face_method(mode, 5, True, mg.NonNegL1(0.1)) == "direct"
+        assert finish.face_method(mode, 5, True, mg.L0(0.1)) == "direct"
     assert finish.face_method("auto", lim_as + 1, True, mg.NonNeg()) == "cg"
+    assert finish.face_method("auto", lim_as + 1, True, mg.L1(0.1)) == "cg"
 
 
 # -- GPU --------------------------------------------------------------------------------------
@@ -488,27 +493,35 @@ class _DeviceLikeSolver(finish.FaceSolver):
         self.on_host = False
 
 
-@pytest.mark.parametrize("tail_on_host", [True, False])
-def test_device_road_stragglers_match_scipy(rng, monkeypatch, tail_on_host):
-    """The columns the pivoting leaves go to the host active set (GPU NNLS, factorised
-    faces) or stay in the array-API active set: both reach SciPy's answer, and only the
-    stragglers are copied to the host."""
+@pytest.mark.parametrize("tail", ["nnls", "pwl", "array_api"])
+def test_device_road_stragglers_match_scipy(rng, monkeypatch, tail):
+    """The columns the pivoting leaves go to the host's NNLS active set (GPU NNLS,
+    factorised faces), to the host's active set for every convex h (n <= PWL_MAX_N) or stay
+    in the array-API active set: all reach SciPy's answer, and only the stragglers are
+    copied to the host."""
     monkeypatch.setattr(finish, "FaceSolver", _DeviceLikeSolver)
-    if not tail_on_host:
+    if tail != "nnls":
         monkeypatch.setattr(finish, "_tail_on_host", lambda *args: False)
+    if tail == "array_api":
+        monkeypatch.setattr(finish, "PWL_MAX_N", 0)
     sizes = []
-    real = finish.nnls_active_set
+    real, real_pwl = finish.nnls_active_set, finish.pwl_active_set
 
     def spy(g, p, x0=None, **kw):
         sizes.append(p.shape[1])
         return real(g, p, x0, **kw)
 
+    def spy_pwl(g, p, faces, x0, **kw):
+        sizes.append(p.shape[1])
+        return real_pwl(g, p, faces, x0, **kw)
+
     monkeypatch.setattr(finish, "nnls_active_set", spy)
+    monkeypatch.setattr(finish, "pwl_active_set", spy_pwl)
     c, d = _gaussian_peaks(rng)
     a, r = c.T @ c, -(c.T @ d)
     x, info = finish.finish_columns(a, r, np.zeros_like(r), mg.NonNeg(), method="direct", tol=1e-6)
     assert info["finish_rounds"] == finish.MAX_ROUNDS  # the pivoting did leave columns
-    if tail_on_host:
+    if tail != "array_api":
         assert len(sizes) == 1 and 0 < sizes[0] < r.shape[1]
         # the pivoting's solves alone (its start and one per round): none after it
         assert info["finish_face_solves"] == finish.MAX_ROUNDS + 1
