@@ -47,6 +47,13 @@ TABLES = ("lo", "hi", "value", "sigma", "left", "right")
 
 
 @njit(nogil=True, inline="always")
+def _int(value):
+    """``value`` typed int64, not as a literal: a literal argument makes Numba compile the
+    callee once more for that literal (each such copy costs about a second cold)."""
+    return np.int64(value)
+
+
+@njit(nogil=True, inline="always")
 def _row(nr, i):
     """Row of a face table for variable i (one row when every variable is alike)."""
     return i if nr > 1 else 0
@@ -109,6 +116,19 @@ def _solve_factor(L, b, f, z):
 
 
 @njit(nogil=True)
+def _sort_down(keys, a, b, k):
+    """Sort keys[:k] in decreasing order, carrying a[:k] and b[:k] along (insertion sort:
+    the candidates are few, and a sort from NumPy costs seconds of compilation)."""
+    for i in range(1, k):
+        key, va, vb = keys[i], a[i], b[i]
+        j = i - 1
+        while j >= 0 and keys[j] < key:
+            keys[j + 1], a[j + 1], b[j + 1] = keys[j], a[j], b[j]
+            j -= 1
+        keys[j + 1], a[j + 1], b[j + 1] = key, va, vb
+
+
+@njit(nogil=True)
 def _join_state(q, direction):
     """The free state entered from state q moving in ``direction`` (held: its own piece)."""
     if q % 2 == 1:
@@ -131,7 +151,7 @@ def _column(
     lo, hi, sigma, left, right = T[0], T[1], T[3], T[4], T[5]
     nr = lo.shape[0]
     # the start's free variables, factorised in turn; those that do not fit are held
-    f = 0
+    f = _int(0)
     for i in range(n):
         infac[i] = False
         if q[i] % 2 == 1:
@@ -198,11 +218,11 @@ def _column(
             break
         # the largest violations first: where the face cannot take them all (A_FF would
         # be singular), the ones that join are those that decrease F fastest
-        rank = np.argsort(-viols[:n_viol])
-        best, best_viol, best_dir = cand[rank[0]], viols[rank[0]], dirs[rank[0]]
+        _sort_down(viols, cand, dirs, n_viol)
+        best, best_viol, best_dir = cand[0], viols[0], dirs[0]
         joined = 0
         if not single:
-            for k in rank:
+            for k in range(n_viol):
                 i = cand[k]
                 order[f] = i
                 if _factor_rows(A, order, f, f + 1, L) < 0:
@@ -235,7 +255,7 @@ def _step_to_ends(A, L, order, infac, z, x, q, T, f, alpha, v, gone):
     lo, hi, value = T[0], T[1], T[2]
     nr = lo.shape[0]
     first_out = f
-    n_out = 0
+    n_out = _int(0)
     for a in range(f):
         i = order[a]
         ri = _row(nr, i)
@@ -261,7 +281,7 @@ def _step_to_ends(A, L, order, infac, z, x, q, T, f, alpha, v, gone):
 def _drop(A, L, order, infac, f, gone, n_out, first_out, v):
     """Remove the positions marked in ``gone`` from F and from its factor (one: a rank-one
     downdate; several: refactorised from the first).  Returns the new |F|."""
-    keep = 0
+    keep = _int(0)
     for a in range(f):
         if gone[a]:
             infac[order[a]] = False
@@ -299,7 +319,7 @@ def _null_step(A, L, order, infac, x, q, T, f, j, direction, viol, u, w, v, gone
     end_j = hi[rj, qj] - x[j] if direction > 0 else x[j] - lo[rj, qj]
     own_end = end_j <= t
     t = min(t, end_j)
-    hit = -1
+    hit = _int(-1)
     for a in range(f):
         i = order[a]
         ri = _row(nr, i)
@@ -326,7 +346,7 @@ def _null_step(A, L, order, infac, x, q, T, f, j, direction, viol, u, w, v, gone
         x[i] = value[ri, q[i]]
         for a in range(f):
             gone[a] = a == hit
-        return True, _drop(A, L, order, infac, f, gone, 1, hit, v)
+        return True, _drop(A, L, order, infac, f, gone, _int(1), hit, v)
     if own_end:  # j reached its own piece end: fixed at that point
         q[j] = qj + direction
         x[j] = value[rj, q[j]]
