@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import scipy.optimize
 import scipy.sparse as sp
+from sklearn.exceptions import NotFittedError
 
 from msm_gpu import backends
 from msm_gpu.apps import NMF, nmf
@@ -276,7 +277,7 @@ def test_bad_input_is_refused_clearly():
         NMF(2, omega=2.0).fit(Y)
     with pytest.raises(ValueError, match="n_components"):
         NMF(0).fit(Y)
-    with pytest.raises(RuntimeError, match="not fitted"):
+    with pytest.raises(NotFittedError, match="not fitted"):
         NMF(2).transform(Y)
 
 

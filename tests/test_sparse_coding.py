@@ -4,6 +4,7 @@ import itertools
 
 import numpy as np
 import pytest
+from sklearn.exceptions import NotFittedError
 
 from msm_gpu.apps.dictionaries import (
     extract_patches,
@@ -311,7 +312,7 @@ def test_dictionary_learning_params_and_errors():
     assert model.set_params(lam=2.0).lam == 2.0
     with pytest.raises(ValueError, match="(?i)invalid parameter"):
         model.set_params(alpha=1)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(NotFittedError, match="not fitted"):
         model.transform(np.zeros((2, 16)))
     x = np.random.default_rng(0).standard_normal((50, 10))
     with pytest.raises(ValueError, match="perfect squares"):

@@ -162,6 +162,38 @@ def ksvd(Y, D0, n_iter=10, *, omp_tol=None, n_nonzero_coefs=None, verbose=False,
     return d, h
 
 
+#: Column blocks of the final MSM coding when ``verbose`` shows its progress.
+PROGRESS_BLOCKS = 20
+#: Fewest patches in one such block (smaller ones would leave the sweep's threads idle).
+PROGRESS_MIN_BLOCK = 512
+
+
+def _progress_bar(verbose, total, desc, unit):
+    """A tqdm bar when ``verbose``, else None."""
+    if not verbose:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit)
+
+
+def _coded_sweeps(gram, r, h0, lam, n_sweeps, backend, verbose):
+    """:func:`l0_sweeps` on all patches; with ``verbose``, block of columns by block under
+    a progress bar.  Every column is swept on its own, so the blocks change no result."""
+    n = r.shape[1]
+    bar = _progress_bar(verbose, n, "coding patches (msm)", "patch")
+    if bar is None:
+        return l0_sweeps(gram, r, h0, lam, n_sweeps, backend=backend)
+    size = max(PROGRESS_MIN_BLOCK, -(-n // PROGRESS_BLOCKS))
+    parts = []
+    for c0 in range(0, n, size):
+        cols = slice(c0, min(c0 + size, n))
+        parts.append(l0_sweeps(gram, r[:, cols], h0[:, cols], lam, n_sweeps, backend=backend))
+        bar.update(cols.stop - cols.start)
+    bar.close()
+    return np.concatenate(parts, axis=1)
+
+
 def denoise(
     noisy,
     sigma,
@@ -234,7 +266,8 @@ def denoise(
     random_state : int, Generator or None
     backend : {"auto", "cpu", "cuda"}
     verbose : bool
-        Print the stages and show progress bars.
+        Print the stages and show progress bars: dictionary learning (or K-SVD) and the
+        final coding of every patch ("msm", "pgm"; the final OMP of "ksvd" has none).
     return_info : bool
         Also return a dict with lam, train_lam, the dictionary, timings (seconds per stage
         and total), the training objective and the mean number of atoms per patch.
@@ -341,8 +374,13 @@ def denoise(
             gram = d.T @ d
             gram = 0.5 * (gram + gram.T)
             h0 = _initial_codes(init, d, centred, lam, gram, omp_tol, None, rng)
-            h = l0_sweeps(gram, -(d.T @ centred), h0, lam, code_iter, backend=backend)
+            h = _coded_sweeps(gram, -(d.T @ centred), h0, lam, code_iter, backend, verbose)
         else:
+            bar = _progress_bar(verbose, code_iter, f"coding patches ({method})", "it")
+
+            def tick(_info):
+                bar.update(1)  # returns None: a true return value would stop the solver
+
             res = sparse_code(
                 d,
                 centred,
@@ -354,7 +392,10 @@ def denoise(
                 random_state=rng,
                 backend=backend,
                 record_objective=False,
+                callback=None if bar is None else tick,
             )
+            if bar is not None:
+                bar.close()
             h = np.asarray(res.x)
         t2 = time.perf_counter()
     rebuilt = d @ h + means

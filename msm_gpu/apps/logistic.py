@@ -17,6 +17,7 @@ from numbers import Real
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.validation import check_is_fitted
 
 from ..arrays import is_cupy, module_of, to_host
 from ..losses import Logistic
@@ -140,10 +141,8 @@ class SparseLogisticRegression(ClassifierMixin, BaseEstimator):
         return self
 
     def _check_fitted(self):
-        if not hasattr(self, "coef_"):
-            from sklearn.exceptions import NotFittedError
-
-            raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet")
+        """scikit-learn's ``NotFittedError`` before ``fit``."""
+        check_is_fitted(self, "coef_")
 
     def decision_function(self, X):
         """Scores X coef' + intercept: (m,) for two classes, (m, n_classes) otherwise."""

@@ -60,6 +60,7 @@ import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.utils.validation import check_is_fitted
 
 from .. import validation as v
 from ..arrays import is_cupy, module_of, namespace
@@ -558,8 +559,8 @@ class NMF(TransformerMixin, BaseEstimator):
         return self
 
     def _check_fitted(self):
-        if not hasattr(self, "components_"):
-            raise RuntimeError("this NMF instance is not fitted yet; call fit first")
+        """scikit-learn's ``NotFittedError`` before ``fit`` (the dask path calls it too)."""
+        check_is_fitted(self, "components_")
 
     def transform(self, Y):
         """W >= 0 minimising 1/2 ||Y - W H||^2 for the fitted H (m x k).

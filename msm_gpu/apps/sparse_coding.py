@@ -24,6 +24,7 @@ import time
 
 import numpy as np
 from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
 
 from .. import validation as v
 from ..api import solve
@@ -532,6 +533,7 @@ class L0DictionaryLearning(BaseEstimator):
     @property
     def dictionary_(self):
         """The learned dictionary with atoms as columns, shape (n_features, n_components)."""
+        check_is_fitted(self, "components_")  # NotFittedError, an AttributeError too
         return self.components_.T
 
     def _initial_dictionary(self, m, rng, y):
@@ -582,8 +584,7 @@ class L0DictionaryLearning(BaseEstimator):
 
     def transform(self, X, *, init="omp", max_iter=None):
         """Codes of X (n_samples, n_features) for the learned dictionary (n_samples, k)."""
-        if not hasattr(self, "components_"):
-            raise RuntimeError("call fit before transform")
+        check_is_fitted(self, "components_")
         x = _as_signals(np.asarray(X).T, self.components_.shape[1], "X.T")
         res = sparse_code(
             self.dictionary_,
