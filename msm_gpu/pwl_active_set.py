@@ -7,16 +7,17 @@ generalised from x >= 0 to those pieces, in Numba, column ranges on the sweep's 
 
 Per column, from a feasible x, with F the free variables whose block A_FF is factorised:
 
-1. z = the minimiser on the face (z_F = A_FF^{-1} b_F, the others held where they are);
+1. the Newton step on the face, z_F = x_F - A_FF^{-1} (g_F + sigma_F), g = A x + r (the
+   others held where they are; from the gradient, so every step refines the last);
 2. if z leaves a piece, step from x towards z up to the first piece end (F decreases along
    the segment), fix the variables that reach it, go to 1;
 3. else x = z; a held variable whose one-sided derivative g_j + slope is negative in some
-   direction joins F (all of them at once, or the largest alone after ZERO_STEPS steps of
-   length zero); none: the KKT conditions hold.
+   direction joins F (the largest violations first, all that the factor takes, or the
+   largest alone after ZERO_STEPS steps of length zero); none: the KKT conditions hold.
 
 **Singular faces.**  A_FF may be singular (more free variables than rows of C, collinear
 columns).  A variable joins F only if its pivot (the Schur complement of A_FF in
-A_{F+j,F+j}) is above PIVOT_TOL A_jj, so the factor never divides by rounding noise.  A
+A_{F+j,F+j}) is above JOIN_TOL A_jj, so the factor never divides by rounding noise.  A
 violating variable that cannot join (its column is, numerically, in the span of F's) moves
 instead along the direction that keeps A x fixed, d_j = +-1, d_F = -+A_FF^{-1} A_Fj: an
 exact line search (the directional derivative is the violation, the curvature the tiny
@@ -25,6 +26,14 @@ join next time.  A variable left inside a piece but outside F is *held* (its val
 its slope the piece's); the start's free variables that do not fit in the factor are held.
 Every step is monotone in F; a direction with no piece end and no curvature means F is
 unbounded below on the column (not ``ok``).
+
+**Two forms of A.**  The Gram form reads A (n x n).  The design form reads A = S C'C S
+through the columns of C (dense, or CSC sparse; S a diagonal scaling) and keeps the
+residual C S x - d of the column: an entry of A costs a dot product of two columns, the
+gradient c_j'(C S x - d) one column, and nothing n x n is ever formed (wide and sparse
+problems).  The gradient from the residual also makes each Newton step a corrected
+semi-normal step, accurate from C rather than from C'C.  The kernel is written once; the
+form is chosen by the type of ``src`` (:func:`_gradient`, :func:`_products`, :func:`_move`).
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba.extending import overload
 
 from .backends.jit import njit
 from .backends.threads import run_ranges, sweep_threads, thread_cap
@@ -42,8 +52,151 @@ from .nnls_columns import FAST, ZERO_STEPS, _delete_row
 #: near 1 / JOIN_TOL, so that face solutions are accurate to ~1e-6 before refinement.
 JOIN_TOL = 1e-10
 
+#: Consecutive candidates the factor refuses before a block join stops trying (each try
+#: costs a row of the factor; on a wide problem most candidates are in the span of F).
+MAX_REFUSALS = 8
+
+#: Newton steps on a face whose free gradients still exceed the KKT tolerance (rounding
+#: of an ill-conditioned face), before its point is taken as the answer.
+REFINEMENTS = 2
+
 #: Table columns handed to the kernel, in this order (see :class:`msm_gpu.finish.Faces`).
 TABLES = ("lo", "hi", "value", "sigma", "left", "right")
+
+
+# -- the two forms of A: overloads chosen by the type of ``src`` ------------------------
+#
+# Gram form: src = (A,)                          A (n, n)
+# dense design form: src = (Ct, s)               Ct (n, m) = (C S)' rows, s (n) unused here
+# sparse design form: src = (indptr, indices, data)   C S in CSC, entries scaled
+
+
+def _gradient(src, x, res, r, i):
+    """g_i = (A x)_i + r_i (Gram form), c_i'res + r_i (design forms)."""
+
+
+def _products(src, order, f, j, out, work):
+    """out[a] = A[order[a], j] for a < f; returns A_jj (``work``: m floats, design)."""
+
+
+def _move(src, res, i, delta):
+    """res += delta c_i (design forms; the Gram form keeps no residual)."""
+
+
+def _form(src):
+    """0 Gram, 1 dense design, 2 sparse design."""
+    if len(src) == 1:
+        return 0
+    return 1 if len(src) == 2 else 2
+
+
+@overload(_gradient, jit_options={"fastmath": FAST})
+def _ol_gradient(src, x, res, r, i):
+    form = _form(src)
+    if form == 0:
+
+        def gram(src, x, res, r, i):
+            a = src[0]
+            acc = r[i]
+            for k in range(x.shape[0]):
+                if x[k] != 0.0:
+                    acc += a[i, k] * x[k]
+            return acc
+
+        return gram
+    if form == 1:
+
+        def dense(src, x, res, r, i):
+            row = src[0][i]
+            acc = 0.0
+            for t in range(res.shape[0]):
+                acc += row[t] * res[t]
+            return acc + r[i]
+
+        return dense
+
+    def sparse(src, x, res, r, i):
+        indptr, indices, data = src
+        acc = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            acc += data[p] * res[indices[p]]
+        return acc + r[i]
+
+    return sparse
+
+
+@overload(_products, jit_options={"fastmath": FAST})
+def _ol_products(src, order, f, j, out, work):
+    form = _form(src)
+    if form == 0:
+
+        def gram(src, order, f, j, out, work):
+            a = src[0]
+            for c in range(f):
+                out[c] = a[order[c], j]
+            return a[j, j]
+
+        return gram
+    if form == 1:
+
+        def dense(src, order, f, j, out, work):
+            ct = src[0]
+            cj = ct[j]
+            for c in range(f):
+                row = ct[order[c]]
+                acc = 0.0
+                for t in range(cj.shape[0]):
+                    acc += row[t] * cj[t]
+                out[c] = acc
+            acc = 0.0
+            for t in range(cj.shape[0]):
+                acc += cj[t] * cj[t]
+            return acc
+
+        return dense
+
+    def sparse(src, order, f, j, out, work):
+        indptr, indices, data = src
+        jj = 0.0
+        for p in range(indptr[j], indptr[j + 1]):  # c_j scattered into work (zero)
+            work[indices[p]] = data[p]
+            jj += data[p] * data[p]
+        for c in range(f):
+            k = order[c]
+            acc = 0.0
+            for p in range(indptr[k], indptr[k + 1]):
+                acc += data[p] * work[indices[p]]
+            out[c] = acc
+        for p in range(indptr[j], indptr[j + 1]):
+            work[indices[p]] = 0.0
+        return jj
+
+    return sparse
+
+
+@overload(_move, jit_options={"fastmath": FAST})
+def _ol_move(src, res, i, delta):
+    form = _form(src)
+    if form == 0:
+        return lambda src, res, i, delta: None
+    if form == 1:
+
+        def dense(src, res, i, delta):
+            row = src[0][i]
+            for t in range(res.shape[0]):
+                res[t] += delta * row[t]
+
+        return dense
+
+    def sparse(src, res, i, delta):
+        indptr, indices, data = src
+        for p in range(indptr[i], indptr[i + 1]):
+            res[indices[p]] += delta * data[p]
+
+    return sparse
+
+
+# -- the kernel ---------------------------------------------------------------------------
 
 
 @njit(nogil=True, inline="always")
@@ -60,45 +213,23 @@ def _row(nr, i):
 
 
 @njit(nogil=True, fastmath=FAST)
-def _factor_rows(A, order, start, stop, L):
-    """Rows start..stop-1 of the Cholesky factor L of A[order, order] (earlier rows kept).
-
-    Returns the first position whose pivot is below JOIN_TOL A_ii (those rows are
-    unusable), or -1.
-    """
-    for a in range(start, stop):
-        ia = order[a]
-        for c in range(a + 1):
-            acc = A[ia, order[c]]
-            for t in range(c):
-                acc -= L[a, t] * L[c, t]
-            if a == c:
-                if not acc > JOIN_TOL * A[ia, ia]:
-                    return a
-                L[a, a] = math.sqrt(acc)
-            else:
-                L[a, c] = acc / L[c, c]
-    return -1
-
-
-@njit(nogil=True, fastmath=FAST)
-def _held_product(A, x, i, infac):
-    """(A x)_i over the nonzero entries of x outside F (fixed at a point, or held)."""
-    acc = 0.0
-    for k in range(x.shape[0]):
-        if not infac[k] and x[k] != 0.0:
-            acc += A[i, k] * x[k]
-    return acc
-
-
-@njit(nogil=True, fastmath=FAST)
-def _product(A, x, i):
-    """(A x)_i over the nonzero entries of x."""
-    acc = 0.0
-    for k in range(x.shape[0]):
-        if x[k] != 0.0:
-            acc += A[i, k] * x[k]
-    return acc
+def _factor_row(src, order, a, L, p, work):
+    """Row a of the Cholesky factor L of A[order, order] (rows before a kept).  Returns
+    False (row unusable) when its pivot is at most JOIN_TOL A_jj."""
+    j = order[a]
+    ajj = _products(src, order, a, j, p, work)
+    for c in range(a):
+        acc = p[c]
+        for t in range(c):
+            acc -= L[a, t] * L[c, t]
+        L[a, c] = acc / L[c, c]
+    acc = ajj
+    for t in range(a):
+        acc -= L[a, t] * L[a, t]
+    if not acc > JOIN_TOL * ajj:
+        return False
+    L[a, a] = math.sqrt(acc)
+    return True
 
 
 @njit(nogil=True, fastmath=FAST)
@@ -137,57 +268,70 @@ def _join_state(q, direction):
 
 
 @njit(nogil=True, fastmath=FAST)
-def _column(
-    A, r, T, x, q, tol, scale, floor, max_iter, L, order, infac, z, b, w, v, gone, cand, viols, dirs
-):
-    """One column (x, q in: a feasible start and its states; out: the answer).
+def _set(src, x, res, i, value):
+    """x_i = value, the residual kept equal to C x - d."""
+    _move(src, res, i, value - x[i])
+    x[i] = value
+
+
+@njit(nogil=True, fastmath=FAST)
+def _column(src, r, res, T, x, q, tol, floor, max_iter, ws):
+    """One column (x, q in: a feasible start and its states; res: C x - d in the design
+    forms; out: the answer).
 
     ``T`` (6, rows, 5): the face tables of :data:`TABLES`.  A violation must exceed
-    ``tol (scale max|x| + floor)``.  Returns (status, iterations): 1 the KKT conditions
+    ``tol (max A_jj max|x| + floor)``.  Returns (status, iterations): 1 the KKT conditions
     hold, 0 not finished in ``max_iter``, -1 F unbounded below along a direction of zero
     curvature.
     """
-    n = A.shape[0]
+    L, order, infac, z, b, w, v, gone, cand, viols, dirs, work = ws
+    n = x.shape[0]
+    k_max = L.shape[0]
     lo, hi, sigma, left, right = T[0], T[1], T[3], T[4], T[5]
     nr = lo.shape[0]
+    scale = 0.0
+    for i in range(n):
+        scale = max(scale, _products(src, order, _int(0), i, b, work))
     # the start's free variables, factorised in turn; those that do not fit are held
     f = _int(0)
     for i in range(n):
         infac[i] = False
-        if q[i] % 2 == 1:
+        if q[i] % 2 == 1 and f < k_max:
             order[f] = i
-            if _factor_rows(A, order, f, f + 1, L) < 0:
+            if _factor_row(src, order, f, L, b, work):
                 infac[i] = True
                 f += 1
     single = False
     zero_steps = 0
+    refined = 0
     it = 0
     status = 0
     while it < max_iter:
         it += 1
-        # 1. the face minimiser: A_FF z = -(r_F + sigma_F) - A_F,out x_out
+        # 1. the Newton step on the face: A_FF dz = -(g_F + sigma_F)
         for a in range(f):
             i = order[a]
-            b[a] = -(r[i] + sigma[_row(nr, i), q[i]]) - _held_product(A, x, i, infac)
+            b[a] = -(_gradient(src, x, res, r, i) + sigma[_row(nr, i), q[i]])
         _solve_factor(L, b, f, z)
-        # 2. the first piece end on the segment x -> z
+        # 2. the first piece end on the segment x -> x + dz
         alpha = 1.0
         for a in range(f):
             i = order[a]
             ri = _row(nr, i)
-            if z[a] > hi[ri, q[i]]:
-                alpha = min(alpha, (hi[ri, q[i]] - x[i]) / (z[a] - x[i]))
-            elif z[a] < lo[ri, q[i]]:
-                alpha = min(alpha, (lo[ri, q[i]] - x[i]) / (z[a] - x[i]))
+            zi = x[i] + z[a]
+            if zi > hi[ri, q[i]]:
+                alpha = min(alpha, (hi[ri, q[i]] - x[i]) / z[a])
+            elif zi < lo[ri, q[i]]:
+                alpha = min(alpha, (lo[ri, q[i]] - x[i]) / z[a])
         alpha = max(alpha, 0.0)
         if alpha < 1.0:
-            f = _step_to_ends(A, L, order, infac, z, x, q, T, f, alpha, v, gone)
+            f = _step_to_ends(src, res, L, order, infac, z, x, q, T, f, alpha, v, gone, work)
             if alpha == 0.0:
                 zero_steps += 1
                 single = zero_steps > ZERO_STEPS
             continue
         for a in range(f):
-            x[order[a]] = z[a]
+            _set(src, x, res, order[a], x[order[a]] + z[a])
         x_max = 0.0
         for i in range(n):
             x_max = max(x_max, abs(x[i]))
@@ -198,7 +342,7 @@ def _column(
             if infac[i]:
                 continue
             ri = _row(nr, i)
-            gi = _product(A, x, i) + r[i]
+            gi = _gradient(src, x, res, r, i)
             qi = q[i]
             if qi % 2 == 1:  # held inside a piece: one slope both ways
                 up = gi + sigma[ri, qi]
@@ -213,35 +357,47 @@ def _column(
                 cand[n_viol], viols[n_viol], dirs[n_viol] = i, down, -1
                 n_viol += 1
         if n_viol == 0:
-            status = 1
-            _refine(A, r, T, x, q, L, order, f, b, z)
-            break
+            # done once the free gradients vanish too; else one more Newton step on the
+            # face (iterative refinement), at most REFINEMENTS in a row
+            if refined >= REFINEMENTS or _face_is_optimal(src, r, res, T, x, q, order, f, eps):
+                status = 1
+                break
+            refined += 1
+            continue
+        refined = 0
         # the largest violations first: where the face cannot take them all (A_FF would
         # be singular), the ones that join are those that decrease F fastest
         _sort_down(viols, cand, dirs, n_viol)
         best, best_viol, best_dir = cand[0], viols[0], dirs[0]
         joined = 0
+        refused = 0
         if not single:
             for k in range(n_viol):
+                if f >= k_max or refused >= MAX_REFUSALS:
+                    break
                 i = cand[k]
                 order[f] = i
-                if _factor_rows(A, order, f, f + 1, L) < 0:
+                if _factor_row(src, order, f, L, b, work):
                     q[i] = _join_state(q[i], dirs[k])
                     infac[i] = True
                     f += 1
                     joined += 1
+                    refused = 0
+                else:
+                    refused += 1
         if joined > 0:
             continue
         # the largest violator alone: it joins, or a line search along the null direction
         i = best
-        order[f] = i
-        if _factor_rows(A, order, f, f + 1, L) < 0:
-            q[i] = _join_state(q[i], best_dir)
-            infac[i] = True
-            f += 1
-            single = False
-            continue
-        ok, f = _null_step(A, L, order, infac, x, q, T, f, i, best_dir, best_viol, z, w, v, gone)
+        if f < k_max:
+            order[f] = i
+            if _factor_row(src, order, f, L, b, work):
+                q[i] = _join_state(q[i], best_dir)
+                infac[i] = True
+                f += 1
+                single = False
+                continue
+        ok, f = _null_step(src, res, L, order, infac, x, q, T, f, i, best_dir, best_viol, ws)
         if not ok:
             status = -1
             break
@@ -249,9 +405,21 @@ def _column(
 
 
 @njit(nogil=True, fastmath=FAST)
-def _step_to_ends(A, L, order, infac, z, x, q, T, f, alpha, v, gone):
-    """x_F += alpha (z - x_F); the variables that reach a piece end are fixed there and
-    leave F.  Returns the new |F|."""
+def _face_is_optimal(src, r, res, T, x, q, order, f, eps):
+    """The free variables' gradients vanish (to ``eps``): the last Newton step landed."""
+    sigma = T[3]
+    nr = sigma.shape[0]
+    for a in range(f):
+        i = order[a]
+        if abs(_gradient(src, x, res, r, i) + sigma[_row(nr, i), q[i]]) > eps:
+            return False
+    return True
+
+
+@njit(nogil=True, fastmath=FAST)
+def _step_to_ends(src, res, L, order, infac, z, x, q, T, f, alpha, v, gone, work):
+    """x_F += alpha dz; the variables that reach a piece end are fixed there and leave F.
+    Returns the new |F|."""
     lo, hi, value = T[0], T[1], T[2]
     nr = lo.shape[0]
     first_out = f
@@ -259,26 +427,27 @@ def _step_to_ends(A, L, order, infac, z, x, q, T, f, alpha, v, gone):
     for a in range(f):
         i = order[a]
         ri = _row(nr, i)
-        d = z[a] - x[i]
+        d = z[a]
+        zi = x[i] + d
         end = math.inf
-        if z[a] > hi[ri, q[i]]:
+        if zi > hi[ri, q[i]]:
             end = (hi[ri, q[i]] - x[i]) / d
-        elif z[a] < lo[ri, q[i]]:
+        elif zi < lo[ri, q[i]]:
             end = (lo[ri, q[i]] - x[i]) / d
         if end <= alpha:  # fixed at the point it reached
             q[i] = q[i] + 1 if d > 0.0 else q[i] - 1
-            x[i] = value[ri, q[i]]
+            _set(src, x, res, i, value[ri, q[i]])
             gone[a] = True
             n_out += 1
             first_out = min(first_out, a)
         else:
             gone[a] = False
-            x[i] = x[i] + alpha * d
-    return _drop(A, L, order, infac, f, gone, n_out, first_out, v)
+            _set(src, x, res, i, x[i] + alpha * d)
+    return _drop(src, L, order, infac, f, gone, n_out, first_out, v, work)
 
 
 @njit(nogil=True, fastmath=FAST)
-def _drop(A, L, order, infac, f, gone, n_out, first_out, v):
+def _drop(src, L, order, infac, f, gone, n_out, first_out, v, work):
     """Remove the positions marked in ``gone`` from F and from its factor (one: a rank-one
     downdate; several: refactorised from the first).  Returns the new |F|."""
     keep = _int(0)
@@ -291,28 +460,29 @@ def _drop(A, L, order, infac, f, gone, n_out, first_out, v):
     if n_out == 1:
         _delete_row(L, first_out, f, v)
     elif n_out > 1:
-        bad = _factor_rows(A, order, first_out, keep, L)
-        if bad >= 0:  # a kept pivot became tiny: the rest are held where they are
-            for a in range(bad, keep):
-                infac[order[a]] = False
-            keep = bad
+        for a in range(first_out, keep):
+            if not _factor_row(src, order, a, L, v, work):
+                # a kept pivot became tiny: the rest are held where they are
+                for c in range(a, keep):
+                    infac[order[c]] = False
+                return a
     return keep
 
 
 @njit(nogil=True, fastmath=FAST)
-def _null_step(A, L, order, infac, x, q, T, f, j, direction, viol, u, w, v, gone):
+def _null_step(src, res, L, order, infac, x, q, T, f, j, direction, viol, ws):
     """Move j (outside F, its pivot tiny) and F along d_j = direction,
     d_F = -direction A_FF^{-1} A_Fj: an exact line search (slope -viol, curvature the
     pivot) stopped at the first piece end.  Returns (ok, new |F|); not ok: no piece end
     and no curvature (F unbounded below along d)."""
+    u, w, v, gone, work = ws[3], ws[5], ws[6], ws[7], ws[11]
     lo, hi, value = T[0], T[1], T[2]
     nr = lo.shape[0]
-    for a in range(f):
-        u[a] = A[order[a], j]
+    ajj = _products(src, order, f, j, u, work)
     _solve_factor(L, u, f, w)  # w = A_FF^{-1} A_Fj
-    curv = A[j, j]
+    curv = ajj
     for a in range(f):
-        curv -= A[order[a], j] * w[a]
+        curv -= u[a] * w[a]
     t = viol / curv if curv > 0.0 else math.inf  # the minimiser along d
     qj = _join_state(q[j], direction)
     rj = _row(nr, j)
@@ -336,67 +506,67 @@ def _null_step(A, L, order, infac, x, q, T, f, j, direction, viol, u, w, v, gone
     if not t < math.inf:
         return False, f
     for a in range(f):
-        x[order[a]] -= direction * t * w[a]
-    x[j] += direction * t
+        i = order[a]
+        _set(src, x, res, i, x[i] - direction * t * w[a])
+    _set(src, x, res, j, x[j] + direction * t)
     q[j] = qj
     if hit >= 0:  # a variable of F reached a piece end: fixed there, out of F
         i = order[hit]
         ri = _row(nr, i)
         q[i] = q[i] + 1 if -direction * w[hit] > 0.0 else q[i] - 1
-        x[i] = value[ri, q[i]]
+        _set(src, x, res, i, value[ri, q[i]])
         for a in range(f):
             gone[a] = a == hit
-        return True, _drop(A, L, order, infac, f, gone, _int(1), hit, v)
+        return True, _drop(src, L, order, infac, f, gone, _int(1), hit, v, work)
     if own_end:  # j reached its own piece end: fixed at that point
         q[j] = qj + direction
-        x[j] = value[rj, q[j]]
+        _set(src, x, res, j, value[rj, q[j]])
     return True, f
 
 
-@njit(nogil=True, fastmath=FAST)
-def _refine(A, r, T, x, q, L, order, f, b, z):
-    """One step of iterative refinement of x_F on its face (the residual recomputed from
-    A), kept inside the pieces."""
-    lo, hi, sigma = T[0], T[1], T[3]
-    nr = lo.shape[0]
-    for a in range(f):
-        i = order[a]
-        b[a] = -(r[i] + sigma[_row(nr, i), q[i]] + _product(A, x, i))
-    _solve_factor(L, b, f, z)
-    for a in range(f):
-        i = order[a]
-        ri = _row(nr, i)
-        x[i] = min(max(x[i] + z[a], lo[ri, q[i]]), hi[ri, q[i]])
+@njit(nogil=True)
+def _workspace(n, k_max, m):
+    """The per-thread buffers of :func:`_column` (factor and vectors of size k_max; the
+    candidates of size n; ``work``: m zeros for the sparse form's scatter)."""
+    return (
+        np.empty((k_max, k_max)),  # L
+        np.empty(k_max + 1, dtype=np.int64),  # order
+        np.empty(n, dtype=np.bool_),  # infac
+        np.empty(k_max + 1),  # z (also u of the null step)
+        np.empty(max(k_max + 1, n)),  # b (also the diagonal scan)
+        np.empty(k_max + 1),  # w
+        np.empty(k_max + 1),  # v
+        np.empty(k_max + 1, dtype=np.bool_),  # gone
+        np.empty(n, dtype=np.int64),  # cand
+        np.empty(n),  # viols
+        np.empty(n, dtype=np.int64),  # dirs
+        np.zeros(m),  # work
+    )
 
 
 @njit(nogil=True, fastmath=FAST)
-def _pwl_range(A, R, T, X, Q, tol, max_iter, c0, c1, status, iters):
-    """Columns c0..c1-1 of X (in: a feasible start, Q its states; out: the answer)."""
-    n = A.shape[0]
-    scale = 0.0
-    for i in range(n):
-        for k in range(n):
-            scale = max(scale, abs(A[i, k]))
-    s_max = 0.0  # largest finite slope
+def _slope_floor(T):
+    """The largest finite slope of the tables."""
+    s_max = 0.0
     for t in range(3, 6):
         for row in range(T.shape[1]):
             for k in range(5):
                 if math.isfinite(T[t, row, k]):
                     s_max = max(s_max, abs(T[t, row, k]))
-    L = np.empty((n, n))
-    order = np.empty(n, dtype=np.int64)
-    infac = np.empty(n, dtype=np.bool_)
-    gone = np.empty(n, dtype=np.bool_)
+    return s_max
+
+
+@njit(nogil=True, fastmath=FAST)
+def _gram_range(A, R, T, X, Q, tol, max_iter, c0, c1, status, iters):
+    """Columns c0..c1-1 of X, Gram form (in: a feasible start, Q its states)."""
+    n = A.shape[0]
+    src = (A,)
+    ws = _workspace(n, n, 0)
+    s_max = _slope_floor(T)
+    res = np.empty(0)
     x = np.empty(n)
     q = np.empty(n, dtype=np.int64)
     r = np.empty(n)
-    z = np.empty(n)
-    b = np.empty(n)
-    w = np.empty(n)
-    v = np.empty(n)
-    cand = np.empty(n, dtype=np.int64)
-    viols = np.empty(n)
-    dirs = np.empty(n, dtype=np.int64)
     for col in range(c0, c1):
         r_max = 0.0
         for i in range(n):
@@ -404,33 +574,61 @@ def _pwl_range(A, R, T, X, Q, tol, max_iter, c0, c1, status, iters):
             r_max = max(r_max, abs(r[i]))
             x[i] = X[i, col]
             q[i] = Q[i, col]
-        st, it = _column(
-            A,
-            r,
-            T,
-            x,
-            q,
-            tol,
-            scale,
-            r_max + s_max,
-            max_iter,
-            L,
-            order,
-            infac,
-            z,
-            b,
-            w,
-            v,
-            gone,
-            cand,
-            viols,
-            dirs,
-        )
+        st, it = _column(src, r, res, T, x, q, tol, r_max + s_max, max_iter, ws)
         for i in range(n):
             X[i, col] = x[i]
             Q[i, col] = q[i]
         status[col] = st
         iters[col] = it
+
+
+@njit(nogil=True, fastmath=FAST)
+def _design_range(src, D, T, X, Q, tol, max_iter, c0, c1, status, iters):
+    """Columns c0..c1-1 of X, design form: D (m, c) the right-hand sides."""
+    n = X.shape[0]
+    m = D.shape[0]
+    ws = _workspace(n, min(n, m), m)
+    s_max = _slope_floor(T)
+    res = np.empty(m)
+    x = np.empty(n)
+    q = np.empty(n, dtype=np.int64)
+    r = np.zeros(n)
+    for col in range(c0, c1):
+        for t in range(m):
+            res[t] = -D[t, col]
+        r_max = 0.0  # max |C'd|: the scale of the gradient
+        for i in range(n):
+            r_max = max(r_max, abs(_gradient(src, x, res, r, i)))
+        for i in range(n):
+            x[i] = 0.0
+            q[i] = Q[i, col]
+            _set(src, x, res, i, X[i, col])
+        st, it = _column(src, r, res, T, x, q, tol, r_max + s_max, max_iter, ws)
+        for i in range(n):
+            X[i, col] = x[i]
+            Q[i, col] = q[i]
+        status[col] = st
+        iters[col] = it
+
+
+def _tables(faces):
+    return np.ascontiguousarray(np.stack([np.asarray(faces.tables[k], np.float64) for k in TABLES]))
+
+
+def _start(faces, X0, shape):
+    """The projected start (a fresh float64 C array) and its states."""
+    X = np.array(faces.project(np.asarray(X0, dtype=np.float64)), dtype=np.float64, order="C")
+    if X.shape != shape:
+        raise ValueError(f"X0 must have shape {shape}, got {X.shape}")
+    return X, np.ascontiguousarray(faces.states(X), dtype=np.int64)
+
+
+def _run(kernel, work_per_column, c, threads):
+    """``kernel(c0, c1)`` over column ranges on the sweep's threads."""
+    n_threads = sweep_threads(work_per_column * c, c, thread_cap(threads))
+    chunks = 1 if n_threads == 1 else min(c, 8 * n_threads)
+    bounds = np.linspace(0, c, chunks + 1).astype(np.int64)
+    run_ranges(lambda k: kernel(bounds[k], bounds[k + 1]), chunks, n_threads)
 
 
 def pwl_active_set(A, R, faces, X0, *, tol=1e-12, max_iter=None, threads=None):
@@ -447,7 +645,7 @@ def pwl_active_set(A, R, faces, X0, *, tol=1e-12, max_iter=None, threads=None):
         Start; projected into the bounds (the states follow from the values).
     tol : float
         A held variable counts as optimal while its one-sided derivatives are within
-        ``tol (max|A| max|x| + max|r| + max|slope|)`` of the KKT conditions.
+        ``tol (max A_jj max|x| + max|r| + max|slope|)`` of the KKT conditions.
     max_iter : int, optional
         Face solves per column; default ``3 n + 30``.
     threads : int, optional
@@ -465,23 +663,68 @@ def pwl_active_set(A, R, faces, X0, *, tol=1e-12, max_iter=None, threads=None):
     A = np.ascontiguousarray(A, dtype=np.float64)
     R = np.ascontiguousarray(R, dtype=np.float64)
     n, c = R.shape
-    X = np.ascontiguousarray(faces.project(np.asarray(X0, dtype=np.float64)), dtype=np.float64)
-    if X is X0:
-        X = X.copy()
-    Q = np.ascontiguousarray(faces.states(X), dtype=np.int64)
-    T = np.ascontiguousarray(np.stack([np.asarray(faces.tables[k], np.float64) for k in TABLES]))
+    X, Q = _start(faces, X0, (n, c))
+    T = _tables(faces)
     max_iter = 3 * n + 30 if max_iter is None else int(max_iter)
     status = np.zeros(c, dtype=np.int8)
     iters = np.zeros(c, dtype=np.int64)
-    if c == 0:
-        return X, status, iters
-    flops = 4.0 * c * (n**3 / 48.0 + n * n)
-    n_threads = sweep_threads(flops, c, thread_cap(threads))
-    chunks = 1 if n_threads == 1 else min(c, 8 * n_threads)
-    bounds = np.linspace(0, c, chunks + 1).astype(np.int64)
+    if c:
 
-    def one(k):
-        _pwl_range(A, R, T, X, Q, tol, max_iter, bounds[k], bounds[k + 1], status, iters)
+        def kernel(c0, c1):
+            _gram_range(A, R, T, X, Q, tol, max_iter, c0, c1, status, iters)
 
-    run_ranges(one, chunks, n_threads)
+        _run(kernel, 4.0 * (n**3 / 48.0 + n * n), c, threads)
+    return X, status, iters
+
+
+def pwl_active_set_design(C, D, faces, X0=None, *, tol=1e-12, max_iter=None, threads=None):
+    """:func:`pwl_active_set` for A = C'C, r = -C'd, reading C: ``min 1/2 ||C x - d||^2 +
+    h(x)`` per column of D, with nothing n x n formed.
+
+    Parameters
+    ----------
+    C : (m, n) ndarray or scipy.sparse matrix
+        Dense or sparse (converted to CSC once); its columns should be scaled to comparable
+        norms (the finish's equilibration), as the join test is relative to them.
+    D : (m, c) array_like
+    faces, tol, max_iter, threads
+        As in :func:`pwl_active_set`.
+    X0 : (n, c) array_like, optional
+        Start (zeros by default).
+
+    Returns
+    -------
+    X, status, iterations
+        As in :func:`pwl_active_set`.
+    """
+    import scipy.sparse
+
+    D = np.ascontiguousarray(D, dtype=np.float64)
+    m, c = D.shape
+    n = C.shape[1]
+    if C.shape[0] != m:
+        raise ValueError(f"D must have {C.shape[0]} rows to match C {C.shape}, got {D.shape}")
+    if scipy.sparse.issparse(C):
+        csc = scipy.sparse.csc_matrix(C, dtype=np.float64)
+        csc.sort_indices()
+        src = (
+            csc.indptr.astype(np.int64),
+            csc.indices.astype(np.int64),
+            np.ascontiguousarray(csc.data, dtype=np.float64),
+        )
+        per_column = 4.0 * csc.nnz * 10
+    else:
+        src = (np.ascontiguousarray(np.asarray(C, dtype=np.float64).T), np.ones(n))
+        per_column = 4.0 * m * n * 10
+    X, Q = _start(faces, np.zeros((n, c)) if X0 is None else X0, (n, c))
+    T = _tables(faces)
+    max_iter = 3 * n + 30 if max_iter is None else int(max_iter)
+    status = np.zeros(c, dtype=np.int8)
+    iters = np.zeros(c, dtype=np.int64)
+    if c:
+
+        def kernel(c0, c1):
+            _design_range(src, D, T, X, Q, tol, max_iter, c0, c1, status, iters)
+
+        _run(kernel, per_column, c, threads)
     return X, status, iters
