@@ -8,14 +8,20 @@ import numpy as np
 
 from . import distributed
 from . import validation as v
-from .arrays import aligned_empty, to_host
+from .arrays import aligned_empty, is_sparse, to_host
 from .baselines import ProxGradMethod
+from .design_solve import (
+    check_representation,
+    choose_representation,
+    design_applies,
+    solve_design,
+)
 from .driver import MsmMethod
 from .finish import run_msm_finished
 from .loop import run_iterations
 from .options import SolveOptions
 from .penalties import NonNeg, Zero
-from .problem import prepare_least_squares, prepare_solve, user_outcome
+from .problem import gram_problem, prepare_design, prepare_solve, user_outcome
 from .result import SolveResult
 from .splitting import make_splitting, relative_theta
 
@@ -271,7 +277,9 @@ def _solve_on_backend(problem, started, options):
     )
 
 
-def least_squares(C, D, penalty=None, *, x0=None, backend="auto", **options) -> SolveResult:
+def least_squares(
+    C, D, penalty=None, *, x0=None, backend="auto", representation="auto", **options
+) -> SolveResult:
     """Minimise 1/2 ||C X - D||_F^2 + sum_ij h(X_ij) by MSM (A = C'C, R = -C'D).
 
     Parameters
@@ -285,6 +293,14 @@ def least_squares(C, D, penalty=None, *, x0=None, backend="auto", **options) -> 
         Default ``Zero()`` (plain least squares).
     x0, backend, **options
         As in :func:`solve`.
+    representation : {"auto", "gram", "design"}
+        How the quadratic is held (``msm_gpu/design_solve.py``): "gram" forms A = C'C and
+        R = -C'D (n x n) once; "design" keeps C (dense or sparse) and each column's
+        residual C x - d, forming nothing n x n (the exact finish's active set from x0,
+        on the CPU, convex penalties, no callback or progress bar).  "auto" (default):
+        the design form for a wide C (n > m), a sparse C with n > 2048 columns, or few
+        right-hand sides (16 r < n), where it applies.  Reported in
+        ``res.info["representation"]``.
 
     Returns
     -------
@@ -311,9 +327,33 @@ def least_squares(C, D, penalty=None, *, x0=None, backend="auto", **options) -> 
         return distributed.least_squares(C, D, penalty, x0=x0, backend=backend, **options)
     started = time.perf_counter()
     penalty = Zero() if penalty is None else v.check_penalty(penalty)
+    user_options = options
     options = SolveOptions.from_keywords(**options)
-    problem = prepare_least_squares(C, D, penalty, x0, backend, fine_gram=options.finishes)
-    return _solve_on_backend(problem, started, options)
+    check_representation(representation)
+    base = prepare_design(C, D, penalty, x0, backend)
+    c = base.design.c
+    n_rhs = base.design.d.shape[1] if len(base.design.d.shape) == 2 else 1
+    why_not = design_applies(options, penalty, base.backend.on_host)
+    form = choose_representation(representation, c.shape, is_sparse(c), n_rhs, why_not)
+    if form == "design":
+
+        def gram_fallback(cols, x0_cols):
+            d_cols = D if len(D.shape) == 1 else D[:, cols]
+            return least_squares(
+                C,
+                d_cols,
+                penalty,
+                x0=x0_cols,
+                backend=backend,
+                representation="gram",
+                **user_options,
+            )
+
+        return solve_design(base, options, started, gram_fallback)
+    problem = gram_problem(base, penalty, fine_gram=options.finishes)
+    result = _solve_on_backend(problem, started, options)
+    result.info["representation"] = "gram"
+    return result
 
 
 def nnls(C, D, **kwargs) -> SolveResult:

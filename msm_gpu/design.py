@@ -84,7 +84,7 @@ class Design:
             cols = self.cols
         for start in range(0, k, step):
             stop = min(start + step, k)
-            db = self._d_block(xp, start, stop, cols)
+            db = self.d_columns(xp, start, stop, cols)
             d_norm[start:stop] = xp.linalg.vector_norm(db, axis=0)
             res = -db if zero else c64 @ x64[:, start:stop] - db
             f[start:stop] = 0.5 * xp.sum(res * res, axis=0)
@@ -99,8 +99,9 @@ class Design:
         """C in float64 (exact: a float32 C converts without rounding)."""
         return self.c if self.c.dtype == np.float64 else self.c.astype(np.float64)
 
-    def _d_block(self, xp, start, stop, cols):
-        """Columns start..stop of D (or of D[:, cols]) in float64, internal units, dense."""
+    def d_columns(self, xp, start, stop, cols=None):
+        """Columns start..stop of D (or of D[:, cols]) in float64, internal units, dense
+        (m, stop - start)."""
         d = self.d
         if len(d.shape) == 1:
             d = d.reshape(-1, 1) if is_sparse(d) else xp.reshape(d, (-1, 1))

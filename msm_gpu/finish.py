@@ -248,9 +248,13 @@ def kkt_residual(a, r, x, penalty):
 
 def array_api_kkt_residual(xp, a, r, x, penalty):
     """:func:`kkt_residual` of float64 arrays in array-API calls (any backend)."""
-    ax = xp.matmul(a, x)
+    return kkt_residual_from(xp, xp.matmul(a, x), r, xp.diagonal(a), x, penalty)
+
+
+def kkt_residual_from(xp, ax, r, d, x, penalty):
+    """:func:`kkt_residual` from A x, r and diag(A) (float64): the design form computes
+    them from C without A."""
     g = ax + r
-    d = xp.diagonal(a)
     floor = 1e-300 + np.finfo(np.float64).eps * float(xp.max(xp.abs(d)))
     b = xp.where(d > 0, d, floor * xp.ones_like(d))[:, None]  # floor: zero columns of C
     w = 1.0 / xp.sqrt(b)

@@ -180,6 +180,89 @@ def prepare_least_squares(C, D, penalty, x0, backend, *, fine_gram=False) -> Pro
 
     ``fine_gram``: for a working dtype below float64, form A and R in float64
     (``Problem.fine``, for the exact finish) and round those for the sweeps."""
+    return gram_problem(prepare_design(C, D, penalty, x0, backend), penalty, fine_gram=fine_gram)
+
+
+def gram_problem(base, penalty, *, fine_gram=False) -> Problem:
+    """The Gram form of a prepared least-squares problem (:func:`prepare_design`; the
+    user's ``penalty``): A = C'C and R = -C'D, see :func:`prepare_least_squares`."""
+    be, design, dtype = base.backend, base.design, base.dtype
+    c, d, d_exp = design.c, design.d, design.d_exp
+    n = c.shape[1]
+    if is_sparse(c):
+        _check_dense_size(n, dtype, "C", "A = C'C")
+    fine = None
+    if fine_gram and np.dtype(dtype) != np.float64:
+        # the finish solves the problem of these float32 numbers: A and R in float64;
+        # the sweeps get them rounded to float32 (closer than float32 products)
+        fine = _gram_in_float64(be, c, d, d_exp)
+        a = be.xp.astype(fine[0], dtype)
+        r = be.xp.astype(fine[1], dtype)
+        if len(d.shape) == 1:
+            r = r[:, 0]
+    else:
+        a = (c.T @ c).toarray() if is_sparse(c) else be.xp.matmul(c.T, c)
+        if is_sparse(d):
+            r = -((d.T @ c).T)  # sparse @ (dense or sparse)
+            r = r.toarray() if is_sparse(r) else r
+        else:
+            r = -(c.T @ d)
+        if d_exp:
+            r = ldexp(r, -d_exp)
+    x0 = base.user_x0
+    problem = _finish(be, a, r, x0, dtype, penalty, base.scaling, base.user_like, psd_known=True)
+    return replace(problem, fine=fine, design=design)
+
+
+@dataclass
+class DesignProblem:
+    """A least-squares problem checked and rescaled, before any Gram matrix is formed.
+
+    Attributes
+    ----------
+    backend : Backend
+    design : Design
+        The rescaled C (working dtype, sparse kept sparse) and D.
+    dtype : numpy dtype
+        The working dtype.
+    scaling : Scaling
+        X = 2^x_exp X', F = 2^f_exp (F' + 1/2 ||D'||^2).
+    penalty : Penalty
+        The rescaled penalty.
+    user_x0 : array or None
+        The user's x0, checked (not yet rescaled).
+    user_like, one_problem
+        As in :class:`Problem`.
+    """
+
+    backend: object
+    design: Design
+    dtype: object
+    scaling: Scaling
+    penalty: object
+    user_x0: object
+    user_like: object
+    one_problem: bool
+
+    def x0_internal(self):
+        """x0 in internal units, (n, r) float64 on the host (zeros when none was given)."""
+        n = self.design.c.shape[1]
+        d = self.design.d
+        shape = (n, d.shape[1] if len(d.shape) == 2 else 1)
+        if self.user_x0 is None:
+            return np.zeros(shape)
+        x0 = to_host(_densify(self.user_x0)).astype(np.float64)
+        return np.ldexp(x0, -self.scaling.x_exp).reshape(shape)
+
+    def to_user(self, x):
+        """The user's X (array kind, shape, units) from an internal (n, r) host float64 x."""
+        x = self.backend.asarray(np.ldexp(x.astype(np.float64), self.scaling.x_exp), self.dtype)
+        return self.backend.to_user(x[:, 0] if self.one_problem else x, self.user_like)
+
+
+def prepare_design(C, D, penalty, x0, backend) -> DesignProblem:
+    """Check ``least_squares(C, D, penalty, x0=x0, backend=backend)`` and rescale C and D
+    by powers of two; no product of C is formed here."""
     C = v.check_array(C, "C", ndims=(2,))
     D = v.check_array(D, "D", check_finite=False)
     stats = host_float_stats(D)  # one pass over a dense D: finite, max |D|, ||D||^2
@@ -221,28 +304,16 @@ def prepare_least_squares(C, D, penalty, x0, backend, *, fine_gram=False) -> Pro
             "divide C and D by a common factor (the solution X does not change)"
         )
     _check_range(scaling, dtype, "max |D|^2", "max |D| / max |C|")
-    if is_sparse(c):
-        _check_dense_size(n, dtype, "C", "A = C'C")
-    fine = None
-    if fine_gram and np.dtype(dtype) != np.float64:
-        # the finish solves the problem of these float32 numbers: A and R in float64;
-        # the sweeps get them rounded to float32 (closer than float32 products)
-        fine = _gram_in_float64(be, c, d, d_exp)
-        a = be.xp.astype(fine[0], dtype)
-        r = be.xp.astype(fine[1], dtype)
-        if len(d.shape) == 1:
-            r = r[:, 0]
-    else:
-        a = (c.T @ c).toarray() if is_sparse(c) else be.xp.matmul(c.T, c)
-        if is_sparse(d):
-            r = -((d.T @ c).T)  # sparse @ (dense or sparse)
-            r = r.toarray() if is_sparse(r) else r
-        else:
-            r = -(c.T @ d)
-        if d_exp:
-            r = ldexp(r, -d_exp)
-    problem = _finish(be, a, r, x0, dtype, penalty, scaling, _user_like(D), psd_known=True)
-    return replace(problem, fine=fine, design=Design(c, d, d_exp))
+    return DesignProblem(
+        backend=be,
+        design=Design(c, d, d_exp),
+        dtype=dtype,
+        scaling=scaling,
+        penalty=scaled_penalty(penalty, scaling.x_exp, scaling.f_exp),
+        user_x0=x0,
+        user_like=_user_like(D),
+        one_problem=len(D.shape) == 1,
+    )
 
 
 #: Columns of D converted to float64 at a time by :func:`_gram_in_float64` (memory bound).

@@ -448,24 +448,21 @@ def _step_to_ends(src, res, L, order, infac, z, x, q, T, f, alpha, v, gone, work
 
 @njit(nogil=True, fastmath=FAST)
 def _drop(src, L, order, infac, f, gone, n_out, first_out, v, work):
-    """Remove the positions marked in ``gone`` from F and from its factor (one: a rank-one
-    downdate; several: refactorised from the first).  Returns the new |F|."""
-    keep = _int(0)
-    for a in range(f):
+    """Remove the positions marked in ``gone`` from F and from its factor: one rank-one
+    downdate each (O(f^2), from the last position down, so that the earlier ones stay
+    valid), never a refactorisation (O(f^3), and O(m f^2) products in the design form).
+    Returns the new |F|."""
+    size = f
+    for a in range(f - 1, first_out - 1, -1):
         if gone[a]:
             infac[order[a]] = False
-        else:
+            _delete_row(L, a, size, v)
+            size -= 1
+    keep = _int(0)
+    for a in range(f):
+        if not gone[a]:
             order[keep] = order[a]
             keep += 1
-    if n_out == 1:
-        _delete_row(L, first_out, f, v)
-    elif n_out > 1:
-        for a in range(first_out, keep):
-            if not _factor_row(src, order, a, L, v, work):
-                # a kept pivot became tiny: the rest are held where they are
-                for c in range(a, keep):
-                    infac[order[c]] = False
-                return a
     return keep
 
 
@@ -677,16 +674,21 @@ def pwl_active_set(A, R, faces, X0, *, tol=1e-12, max_iter=None, threads=None):
     return X, status, iters
 
 
-def pwl_active_set_design(C, D, faces, X0=None, *, tol=1e-12, max_iter=None, threads=None):
+def pwl_active_set_design(
+    C, D, faces, X0=None, *, scale=None, tol=1e-12, max_iter=None, threads=None
+):
     """:func:`pwl_active_set` for A = C'C, r = -C'd, reading C: ``min 1/2 ||C x - d||^2 +
     h(x)`` per column of D, with nothing n x n formed.
 
     Parameters
     ----------
     C : (m, n) ndarray or scipy.sparse matrix
-        Dense or sparse (converted to CSC once); its columns should be scaled to comparable
-        norms (the finish's equilibration), as the join test is relative to them.
+        Dense or sparse (converted to CSC once).
     D : (m, c) array_like
+    scale : (n,) array_like, optional
+        Solve for y with C diag(scale) in place of C (the finish's equilibration: columns
+        of comparable norms, as the join test is relative to them); applied as the
+        columns are copied, no scaled C is formed.  The faces are those of y.
     faces, tol, max_iter, threads
         As in :func:`pwl_active_set`.
     X0 : (n, c) array_like, optional
@@ -704,17 +706,21 @@ def pwl_active_set_design(C, D, faces, X0=None, *, tol=1e-12, max_iter=None, thr
     n = C.shape[1]
     if C.shape[0] != m:
         raise ValueError(f"D must have {C.shape[0]} rows to match C {C.shape}, got {D.shape}")
+    s = np.ones(n) if scale is None else np.asarray(scale, dtype=np.float64).reshape(n)
     if scipy.sparse.issparse(C):
-        csc = scipy.sparse.csc_matrix(C, dtype=np.float64)
+        csc = scipy.sparse.csc_matrix(C, dtype=np.float64)  # a copy only if not CSC
         csc.sort_indices()
+        counts = np.diff(csc.indptr)
         src = (
             csc.indptr.astype(np.int64),
             csc.indices.astype(np.int64),
-            np.ascontiguousarray(csc.data, dtype=np.float64),
+            np.repeat(s, counts) * csc.data,  # the columns scaled: a fresh array
         )
         per_column = 4.0 * csc.nnz * 10
     else:
-        src = (np.ascontiguousarray(np.asarray(C, dtype=np.float64).T), np.ones(n))
+        # the columns of C diag(s) as rows: one pass, C-ordered
+        ct = np.multiply(np.asarray(C).T, s[:, None], dtype=np.float64, order="C")
+        src = (ct, s)
         per_column = 4.0 * m * n * 10
     X, Q = _start(faces, np.zeros((n, c)) if X0 is None else X0, (n, c))
     T = _tables(faces)

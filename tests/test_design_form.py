@@ -68,3 +68,82 @@ def test_design_form_on_a_sparse_design_with_empty_columns():
     dense = c.toarray()
     f_ref = _f(dense, d, _reference(dense, d, "nonneg"), "nonneg")
     assert _f(dense, d, x[:, 0], "nonneg") <= f_ref * (1 + 1e-10) + 1e-12 * float(d @ d)
+
+
+# -- behind mg.least_squares: the choice of form ------------------------------------------
+
+import msm_gpu as mg  # noqa: E402
+from msm_gpu.design_solve import DESIGN_PASSES, SPARSE_GRAM_MAX_N, choose_representation  # noqa: E402
+
+
+def test_the_choice_rule():
+    ok = None  # the design form applies
+    assert choose_representation("auto", (100, 1000), False, 50, ok) == "design"  # wide
+    assert choose_representation("auto", (500, 100), False, 1000, ok) == "gram"  # tall, many r
+    assert choose_representation("auto", (5000, 100), False, 1, ok) == "design"  # one r
+    few = 100 // DESIGN_PASSES
+    assert choose_representation("auto", (5000, 100), False, few + 1, ok) == "gram"
+    sparse_n = SPARSE_GRAM_MAX_N + 1
+    assert choose_representation("auto", (10 * sparse_n, sparse_n), True, 10**4, ok) == "design"
+    assert choose_representation("auto", (100, 1000), False, 1, "no") == "gram"
+    assert choose_representation("gram", (100, 1000), False, 1, ok) == "gram"
+    with pytest.raises(ValueError, match="representation='design': no"):
+        choose_representation("design", (10, 5), False, 1, "no")
+    with pytest.raises(ValueError, match="representation must be one of"):
+        choose_representation("dual", (10, 5), False, 1, ok)
+
+
+@pytest.mark.parametrize(
+    "options", [{"finish": None}, {"callback": lambda info: None}, {"tol": 0.0}]
+)
+def test_design_refused_where_it_does_not_apply(options):
+    c, d = np.eye(3), np.ones(3)
+    with pytest.raises(ValueError, match="representation='design'"):
+        mg.nnls(c, d, representation="design", **options)
+    with pytest.raises(ValueError, match="representation='design'"):
+        mg.least_squares(c, d, mg.L0(0.1), representation="design")
+
+
+@pytest.mark.parametrize("name", sorted(PENALTIES))
+@pytest.mark.parametrize("shape", [(40, 120), (120, 40)])
+def test_both_forms_give_the_same_answer_through_the_api(name, shape):
+    c, d = _problem("gauss", *shape, 11)
+    d2 = np.column_stack([d, -0.5 * d + 0.1])
+    design = mg.least_squares(c, d2, PENALTIES[name], representation="design")
+    gram = mg.least_squares(c, d2, PENALTIES[name], representation="gram")
+    assert design.info["representation"] == "design" and gram.info["representation"] == "gram"
+    assert design.converged and gram.converged
+    assert design.fun <= gram.fun * (1 + 1e-12) + 1e-12
+    assert design.fun == pytest.approx(gram.fun, rel=1e-10, abs=1e-12 * float(np.sum(d2**2)))
+    f = sum(_f(c, d2[:, k], design.x[:, k], name) for k in range(2))
+    assert design.fun == pytest.approx(f, rel=1e-12, abs=1e-28 * float(np.sum(d2**2)))
+    if shape[0] > shape[1]:  # unique answer on a tall Gaussian design
+        np.testing.assert_allclose(design.x, gram.x, atol=1e-8)
+
+
+def test_float32_and_one_problem_through_the_design_form():
+    c, d = _problem("positive", 30, 90, 4)
+    res = mg.nnls(c.astype(np.float32), d.astype(np.float32))
+    assert res.info["representation"] == "design" and res.x.dtype == np.float32
+    assert res.x.shape == (90,) and res.converged
+    f = _f(c.astype(np.float32).astype(float), d.astype(np.float32).astype(float), res.x, "nonneg")
+    assert res.fun == pytest.approx(f, rel=1e-12, abs=1e-20)
+
+
+def test_a_sparse_design_with_1e5_columns_runs_in_bounded_memory():
+    # its Gram matrix would be a dense 1e5 x 1e5 array (80 GB): refused before
+    import tracemalloc
+
+    m, n = 2000, 100_000
+    c = scipy.sparse.random(m, n, density=1e-3, random_state=0, format="csc")
+    d = c[:, :20] @ np.ones(20) + 0.01 * np.random.default_rng(0).standard_normal(m)
+    mg.nnls(c[:, :50], d)  # compile outside the measurement
+    tracemalloc.start()
+    res = mg.nnls(c, d)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert res.info["representation"] == "design" and res.converged
+    # O(nnz + m + n) per column, far from n^2 (the CSC copy: 12 bytes per nonzero)
+    assert peak < 40 * (c.nnz * 12 + 8 * (m + n))
+    lasso = mg.least_squares(c, d, mg.L1(0.05 * np.abs(c.T @ d).max()))
+    assert lasso.converged and np.count_nonzero(lasso.x) < m

@@ -444,7 +444,7 @@ def test_large_n_uses_cg_and_is_exact(rng, monkeypatch):
     c = np.abs(rng.normal(size=(n + 100, n)))
     d = np.abs(rng.normal(size=(n + 100, 3)))
     # a box whose upper bound stays inactive: NNLS's answer, but not the NNLS active set
-    res = mg.least_squares(c, d, mg.Box(0.0, 1e3))
+    res = mg.least_squares(c, d, mg.Box(0.0, 1e3), representation="gram")
     assert res.info["finish_method"] == "cg" and res.converged
     ref = np.column_stack([scipy.optimize.nnls(c, d[:, k])[0] for k in range(3)])
     assert ref.max() < 1e3
@@ -545,7 +545,7 @@ def test_device_road_on_scipys_nnls_situations(monkeypatch, method):
     monkeypatch.setattr(finish, "face_method", lambda *args, **kwargs: method)
     for name in [*sorted(SCIPY_CASES), "test_nnls_gh20302"]:
         for c, d, x_ref in _scipy_problems(name):
-            res = mg.nnls(c, d)
+            res = mg.nnls(c, d, representation="gram")  # a GPU keeps the Gram form
             assert res.info["finish_method"] == method
             f = 0.5 * np.sum((c @ res.x - d) ** 2)
             f_ref = 0.5 * np.sum((c @ x_ref - d) ** 2)
