@@ -388,7 +388,7 @@ def _objective_piece(code, y, r, old, scratch, jj, j, t0, q, row):
     return _objective_lanes(code, x, v, vload_wide(r, j, t0 + w), vload(scratch, 1, w), row)
 
 
-@njit
+@njit(literal_calls=True)  # a version per literal code (see the docstring)
 def _objective_panel(code, y, r, params, old, rowc, scratch, p0, rows, t0, sums):
     """``sums`` (fsum, hsum of the tile's lanes: 4 + 4 float64 vectors, the last 2 + 2
     unused for float64 tiles) plus the terms of F(X) of the rows p0..p0+rows-1 of the tile

@@ -62,15 +62,66 @@ def _user_cache():
         config.CACHE_DIR = ""
 
 
-def njit(fn=None, **options):
+def njit(fn=None, *, literal_calls=False, **options):
     """``numba.njit(cache=True, **options)`` with the cache in :func:`cache_dir`.
 
-    Usable as ``@njit`` or ``@njit(parallel=True)``, like Numba's.
+    Usable as ``@njit`` or ``@njit(parallel=True)``, like Numba's.  Called from another
+    kernel with a constant argument (``f(x, 0)``, ``g(..., False)``), Numba compiles a
+    version of the callee for that constant (a ``Literal`` type) besides the one for its
+    type, each as costly to compile as the other; these kernels compile one version for
+    the argument's type instead (:func:`_dispatcher_class`), unless
+    ``literal_calls=True``: for a kernel that needs a version per constant.
     """
-    import numba
 
     def decorate(func):
+        import numba
+        from numba.core import config
+
+        if literal_calls or config.DISABLE_JIT:
+            with _user_cache():
+                return numba.njit(cache=True, **options)(func)
+        # numba.njit's own steps (numba.core.decorators.jit), with the dispatcher class
+        # that types constant arguments by their type
+        targetoptions = dict(options, nopython=True, boundscheck=options.get("boundscheck"))
         with _user_cache():
-            return numba.njit(cache=True, **options)(func)
+            disp = _dispatcher_class()(py_func=func, locals={}, targetoptions=targetoptions)
+            disp.enable_caching()
+        return disp
 
     return decorate if fn is None else decorate(fn)
+
+
+_DISPATCHER = None
+
+
+def _dispatcher_class():
+    """Numba's CPU dispatcher, except that a call from a kernel with constant arguments
+    compiles (or reuses) the version for their types (see :func:`njit`); a kernel that
+    does not type that way (one that needs the constant) gets the constant's version."""
+    global _DISPATCHER
+    if _DISPATCHER is None:
+        from numba.core import errors, types
+        from numba.core.registry import CPUDispatcher
+
+        class Dispatcher(CPUDispatcher):
+            def get_call_template(self, args, kws):
+                plain_args = tuple(types.unliteral(a) for a in args)
+                plain_kws = {k: types.unliteral(v) for k, v in kws.items()}
+                if plain_args != tuple(args) or plain_kws != kws:
+                    try:
+                        return super().get_call_template(plain_args, plain_kws)
+                    except errors.TypingError:
+                        pass
+                return super().get_call_template(args, kws)
+
+        # pickled by reference as ``jit._Dispatcher`` (the module's __getattr__)
+        Dispatcher.__module__ = __name__
+        Dispatcher.__name__ = Dispatcher.__qualname__ = "_Dispatcher"
+        _DISPATCHER = Dispatcher
+    return _DISPATCHER
+
+
+def __getattr__(name):  # numba is imported on first use only
+    if name == "_Dispatcher":
+        return _dispatcher_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
