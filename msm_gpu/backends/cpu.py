@@ -249,9 +249,10 @@ class CpuSweepState(SweepState):
                 _tiles.sweep_tiles(afold, b_diag, code, table, r, y, c0, c1, stats, stats, False)
 
         else:
+            sweep = _kernels.sweep_for(code)
 
             def one(c0, c1):
-                _kernels.sweep_columns(afold, b_diag, code, table, r, y, c0, c1, panel, stats)
+                sweep(afold, b_diag, table, r, y, c0, c1, panel, stats, stats, False)
 
         n, m = y.shape
         if not self._sweep_on_team(m, 2.0 * n * n * m):
@@ -277,11 +278,10 @@ class CpuSweepState(SweepState):
                 _tiles.sweep_tiles(afold, b_diag, code, table, r, y, c0, c1, stats, terms, True)
 
         else:
+            sweep = _kernels.sweep_for(code)
 
             def one(c0, c1):
-                _kernels.sweep_columns_with_objective(
-                    afold, b_diag, code, table, r, y, c0, c1, panel, stats, terms
-                )
+                sweep(afold, b_diag, table, r, y, c0, c1, panel, stats, terms, True)
 
         n, m = y.shape
         if not self._sweep_on_team(m, 2.0 * n * n * m, with_f0=True):
@@ -308,10 +308,11 @@ class CpuSweepState(SweepState):
         hsum = np.zeros(m, dtype=np.float64)
         if self._zero_and_feasible(x):
             return fun, hsum
-        a, code, table, r = self._a, self._code, self._table, self._r_full
+        a, table, r = self._a, self._table, self._r_full
+        objective = _kernels.objective_for(self._code)
 
         def one(c0, c1):
-            _kernels.objective_columns(a, code, table, r, x, c0, c1, fun, hsum)
+            objective(a, table, r, x, c0, c1, fun, hsum)
 
         n = x.shape[0]
         self._run(one, m, 2.0 * n * n * m)

@@ -84,12 +84,41 @@ SUB_PANEL = 16
 
 
 @njit(inline="always")
-def _solve_row(code, j, wrow, yrow, rrow, c0, nc, b_diag, afold, params, stats):
-    """z_j = prox(w_j) for the columns c0..c0+nc; accumulate the statistics; y_j <- z_j.
+def _solve_row_box(j, wrow, yrow, rrow, c0, nc, b_diag, afold, params, stats):
+    """z_j = prox(w_j) of the box penalty for the columns c0..c0+nc; accumulate the
+    statistics; y_j <- z_j.
 
     ``wrow`` holds the columns from 0, ``yrow``/``rrow``/``stats`` from ``c0`` (sliced
-    first: indexing from 0 lets LLVM vectorise the loops, measured 30% faster).
+    first: indexing from 0 lets LLVM vectorise the loops, measured 30% faster).  One
+    function per kind of row (this one, :func:`_solve_row_l0`, :func:`_solve_row_prox`),
+    so that a sweep compiled for one penalty code inlines only its own (see
+    :func:`_make_sweep`); each loop is straight code that LLVM vectorises.
     """
+    b = b_diag[j]
+    lb = params[j, 1]
+    ub = params[j, 2]
+    half_b = 0.5 * b
+    half_c = 0.5 * afold[j, j]  # C_jj
+    c1 = c0 + nc
+    st0 = stats[0, c0:c1]
+    st2 = stats[2, c0:c1]
+    st3 = stats[3, c0:c1]
+    yrow = yrow[c0:c1]
+    rrow = rrow[c0:c1]
+    for col in range(nc):
+        w = wrow[col] + rrow[col]
+        x = yrow[col]
+        z = min(max(-w / b, lb), ub)
+        d = z - x
+        st0[col] += half_b * (z * z - x * x) + w * d + half_c * d * d
+        st2[col] += d * d
+        st3[col] += x * x
+        yrow[col] = z
+
+
+@njit(inline="always")
+def _solve_row_prox(code, j, wrow, yrow, rrow, c0, nc, b_diag, afold, params, stats):
+    """:func:`_solve_row_box` for any penalty code, through :func:`prox_scalar`."""
     b = b_diag[j]
     lam = params[j, 0]
     lb = params[j, 1]
@@ -104,83 +133,50 @@ def _solve_row(code, j, wrow, yrow, rrow, c0, nc, b_diag, afold, params, stats):
     st3 = stats[3, c0:c1]
     yrow = yrow[c0:c1]
     rrow = rrow[c0:c1]
-    # The penalty branch is taken once per row, so that the common cases compile to
-    # straight loops that LLVM vectorises (same formulas as prox_scalar).
-    if code == CODE_BOX:
-        for col in range(nc):
-            w = wrow[col] + rrow[col]
-            x = yrow[col]
-            z = min(max(-w / b, lb), ub)
-            d = z - x
-            st0[col] += half_b * (z * z - x * x) + w * d + half_c * d * d
-            st2[col] += d * d
-            st3[col] += x * x
-            yrow[col] = z
-    elif code == CODE_L0 and lb <= 0.0 and ub >= 0.0:
-        for col in range(nc):
-            w = wrow[col] + rrow[col]
-            x = yrow[col]
-            c = min(max(-w / b, lb), ub)
-            keep = 0.5 * b * c * c + w * c + lam < 0.0  # strict: tie -> 0
-            z = c if keep else 0.0
-            d = z - x
-            st0[col] += half_b * (z * z - x * x) + w * d + half_c * d * d
-            st1[col] += lam if z != 0.0 else 0.0
-            st2[col] += d * d
-            st3[col] += x * x
-            yrow[col] = z
-    else:
-        for col in range(nc):
-            w = wrow[col] + rrow[col]
-            x = yrow[col]
-            z, hz = prox_scalar(code, w, b, lam, lb, ub, pexp)
-            d = z - x
-            st0[col] += half_b * (z * z - x * x) + w * d + half_c * d * d
-            st1[col] += hz
-            st2[col] += d * d
-            st3[col] += x * x
-            yrow[col] = z
+    for col in range(nc):
+        w = wrow[col] + rrow[col]
+        x = yrow[col]
+        z, hz = prox_scalar(code, w, b, lam, lb, ub, pexp)
+        d = z - x
+        st0[col] += half_b * (z * z - x * x) + w * d + half_c * d * d
+        st1[col] += hz
+        st2[col] += d * d
+        st3[col] += x * x
+        yrow[col] = z
 
 
-@njit(nogil=True)
-def sweep_columns(afold, b_diag, code, params, r, y, c0, c1, panel, stats):
-    """One MSM iteration (paper, Algorithm 2) on the columns c0..c1-1 of ``y``, in place.
-
-    Parameters
-    ----------
-    afold : (n, n) folded matrix: A with the strictly lower part of every diagonal
-        panel block zeroed and the diagonal replaced by C_jj (docs/design.md, "CPU sweep"), so
-        ``afold[P, :] @ Y`` is the whole off-panel part plus the old in-panel part.
-        The in-panel lower entries A[k, j] (k > j) are read as afold[j, k] (symmetry).
-    b_diag : (n,) B_jj.
-    code, params : penalty table (penalties.py).
-    r, y : (n, m) C-ordered linear term and iterate; the columns c0..c1-1 of y are
-        overwritten with the new iterate, the other columns are not touched.
-    panel : rows per panel T.
-    stats : (4, m) float64; columns c0..c1-1 are overwritten with, per column,
-        [0] sum_j 1/2 b (z^2 - x^2) + w (z - x) + 1/2 C_jj (z - x)^2
-        [1] sum_j h(z_j)
-        [2] ||z - x||^2
-        [3] ||x||^2
-        so that F(z) = F(x) + stats[0] + stats[1] - sum_j h(x_j)   (exact identity,
-        see driver.py).
-    """
-    _sweep(afold, b_diag, code, params, r, y, c0, c1, panel, stats, stats, False)
-
-
-@njit(nogil=True)
-def sweep_columns_with_objective(afold, b_diag, code, params, r, y, c0, c1, panel, stats, f0):
-    """:func:`sweep_columns`, and F(X) of the iterate before the sweep per column, at no
-    extra product: ``f0[0, c]`` = F_c, ``f0[1, c]`` = sum_j h(x_jc) (float64, columns
-    c0..c1-1 overwritten; F = inf where an entry is outside dom h).
-
-    The panel product is split, ``afold[P, p0:] @ X[p0:]`` (old rows only) first, so that
-    row j of it is ``C_jj x_j + sum_{i>j} A_ji x_i`` and
-    ``1/2 x'Ax = sum_j x_j (work_j + 1/2 (B_jj - C_jj) x_j)`` (A_jj = B_jj + C_jj), then
-    ``afold[P, :p0] @ Z[:p0]`` is added: the same flops as the sweep's one product, so the
-    start objective of a solve costs no GEMM of its own.
-    """
-    _sweep(afold, b_diag, code, params, r, y, c0, c1, panel, stats, f0, True)
+@njit(inline="always")
+def _solve_row_l0(j, wrow, yrow, rrow, c0, nc, b_diag, afold, params, stats):
+    """:func:`_solve_row_box` for the l0 penalty: a straight loop where 0 is feasible, else
+    :func:`_solve_row_prox`."""
+    lb = params[j, 1]
+    ub = params[j, 2]
+    if not (lb <= 0.0 and ub >= 0.0):
+        _solve_row_prox(CODE_L0, j, wrow, yrow, rrow, c0, nc, b_diag, afold, params, stats)
+        return
+    b = b_diag[j]
+    lam = params[j, 0]
+    half_b = 0.5 * b
+    half_c = 0.5 * afold[j, j]  # C_jj
+    c1 = c0 + nc
+    st0 = stats[0, c0:c1]
+    st1 = stats[1, c0:c1]
+    st2 = stats[2, c0:c1]
+    st3 = stats[3, c0:c1]
+    yrow = yrow[c0:c1]
+    rrow = rrow[c0:c1]
+    for col in range(nc):
+        w = wrow[col] + rrow[col]
+        x = yrow[col]
+        c = min(max(-w / b, lb), ub)
+        keep = 0.5 * b * c * c + w * c + lam < 0.0  # strict: tie -> 0
+        z = c if keep else 0.0
+        d = z - x
+        st0[col] += half_b * (z * z - x * x) + w * d + half_c * d * d
+        st1[col] += lam if z != 0.0 else 0.0
+        st2[col] += d * d
+        st3[col] += x * x
+        yrow[col] = z
 
 
 @njit(inline="always")
@@ -214,48 +210,146 @@ def zero_outputs(stats, f0, c0, c1, with_f0):
                 f0[s, col] = 0.0
 
 
-@njit(nogil=True)
+def _make_sweep(code):
+    """The BLAS-panel sweep compiled for one penalty ``code`` (see :func:`sweep_for`).
+
+    ``code`` is a constant of the compiled function (a closure variable): Numba drops the
+    branches of the other codes, those choosing the row solve before it inlines them, the
+    others (objective terms, ``prox_scalar``) after, so that only this code's loops are
+    typed, lowered and optimised.  A sweep compiled for every code at once (``code`` an
+    argument) was the largest compilation of a first call (docs/first_call.md); with the
+    code a constant the loops of l1 and lp are also straight code (no test of the code
+    per entry).
+    """
+
+    @njit(nogil=True)
+    def sweep(afold, b_diag, params, r, y, c0, c1, panel, stats, f0, with_f0):
+        n = y.shape[0]
+        nc = c1 - c0
+        zero_outputs(stats, f0, c0, c1, with_f0)
+        if nc <= 0:
+            return
+        ycols = y[:, c0:c1]
+        work = np.empty((panel, nc), dtype=y.dtype)
+        for p0 in range(0, n, panel):
+            p1 = min(p0 + panel, n)
+            m = p1 - p0
+            if with_f0:
+                # the old rows from p0 on first: with C_jj x_j and the upper terms of A,
+                # they give F(X) of the rows of P (see sweep_columns_with_objective)
+                # before the new rows before p0 are added
+                gemm_rm(afold[p0:p1, p0:], ycols[p0:], work[:m], 0.0)
+                _start_objective_rows(code, params, afold, b_diag, r, y, work, p0, p1, c0, nc, f0)
+                gemm_rm(afold[p0:p1, :p0], ycols[:p0], work[:m], 1.0)
+            else:
+                gemm_rm(afold[p0:p1], ycols, work[:m], 0.0)
+            for s0 in range(p0, p1, SUB_PANEL):
+                s1 = min(s0 + SUB_PANEL, p1)
+                k = s0 - p0
+                if k > 0:
+                    # left-looking: the rows of this sub-panel get A[S, p0:s0] @ Z[p0:s0]
+                    # as one small GEMM (A[i, j] = afold[j, i] for j < i in the panel:
+                    # afold's block above the diagonal, used transposed)
+                    gemm_rm_at(afold[p0:s0, s0:s1], ycols[p0:s0], work[k : k + s1 - s0], 1.0)
+                for j in range(s0, s1):
+                    yrow = y[j]
+                    wrow = work[j - p0]
+                    if code == CODE_BOX:
+                        _solve_row_box(j, wrow, yrow, r[j], c0, nc, b_diag, afold, params, stats)
+                    elif code == CODE_L0:
+                        _solve_row_l0(j, wrow, yrow, r[j], c0, nc, b_diag, afold, params, stats)
+                    else:
+                        _solve_row_prox(
+                            code, j, wrow, yrow, r[j], c0, nc, b_diag, afold, params, stats
+                        )
+                    # right-looking inside the sub-panel: rows i > j get A_ij z_j
+                    zrow = yrow[c0:c1]
+                    for i in range(j + 1, s1):
+                        a_ij = afold[j, i]
+                        if a_ij != 0.0:
+                            wi = work[i - p0]
+                            for col in range(nc):
+                                wi[col] += a_ij * zrow[col]
+
+    return sweep
+
+
+#: The sweep of each penalty code (:func:`_make_sweep`), compiled on first use.
+SWEEPS = {code: _make_sweep(code) for code in (CODE_BOX, CODE_L1, CODE_L0, CODE_LP)}
+_SWEEP_BOX, _SWEEP_L1, _SWEEP_L0, _SWEEP_LP = (
+    SWEEPS[c] for c in (CODE_BOX, CODE_L1, CODE_L0, CODE_LP)
+)
+
+
+def sweep_for(code):
+    """The compiled sweep of penalty ``code``:
+    ``sweep(afold, b_diag, params, r, y, c0, c1, panel, stats, f0, with_f0)`` is
+    :func:`sweep_columns` (``with_f0`` False, ``f0`` unused) or
+    :func:`sweep_columns_with_objective` (``with_f0`` True)."""
+    sweep = SWEEPS.get(int(code))
+    if sweep is None:
+        raise ValueError(f"unknown penalty code {code} (see penalties.PENALTY_CODES)")
+    return sweep
+
+
+@njit(inline="always")
 def _sweep(afold, b_diag, code, params, r, y, c0, c1, panel, stats, f0, with_f0):
-    if code != CODE_BOX and code != CODE_L1 and code != CODE_L0 and code != CODE_LP:
+    """The sweep of ``code`` called from compiled code, where ``code`` is not a constant:
+    every code's sweep is compiled in."""
+    if code == CODE_BOX:
+        _SWEEP_BOX(afold, b_diag, params, r, y, c0, c1, panel, stats, f0, with_f0)
+    elif code == CODE_L1:
+        _SWEEP_L1(afold, b_diag, params, r, y, c0, c1, panel, stats, f0, with_f0)
+    elif code == CODE_L0:
+        _SWEEP_L0(afold, b_diag, params, r, y, c0, c1, panel, stats, f0, with_f0)
+    elif code == CODE_LP:
+        _SWEEP_LP(afold, b_diag, params, r, y, c0, c1, panel, stats, f0, with_f0)
+    else:
         raise ValueError("unknown penalty code (see penalties.PENALTY_CODES)")
-    n = y.shape[0]
-    nc = c1 - c0
-    zero_outputs(stats, f0, c0, c1, with_f0)
-    if nc <= 0:
-        return
-    ycols = y[:, c0:c1]
-    work = np.empty((panel, nc), dtype=y.dtype)
-    for p0 in range(0, n, panel):
-        p1 = min(p0 + panel, n)
-        m = p1 - p0
-        if with_f0:
-            # the old rows from p0 on first: with C_jj x_j and the upper terms of A, they
-            # give F(X) of the rows of P (see sweep_columns_with_objective) before the new
-            # rows before p0 are added
-            gemm_rm(afold[p0:p1, p0:], ycols[p0:], work[:m], 0.0)
-            _start_objective_rows(code, params, afold, b_diag, r, y, work, p0, p1, c0, nc, f0)
-            gemm_rm(afold[p0:p1, :p0], ycols[:p0], work[:m], 1.0)
-        else:
-            gemm_rm(afold[p0:p1], ycols, work[:m], 0.0)
-        for s0 in range(p0, p1, SUB_PANEL):
-            s1 = min(s0 + SUB_PANEL, p1)
-            k = s0 - p0
-            if k > 0:
-                # left-looking: the rows of this sub-panel get A[S, p0:s0] @ Z[p0:s0] as one
-                # small GEMM (A[i, j] = afold[j, i] for j < i in the panel: afold's block
-                # above the diagonal, used transposed)
-                gemm_rm_at(afold[p0:s0, s0:s1], ycols[p0:s0], work[k : k + s1 - s0], 1.0)
-            for j in range(s0, s1):
-                yrow = y[j]
-                _solve_row(code, j, work[j - p0], yrow, r[j], c0, nc, b_diag, afold, params, stats)
-                # right-looking inside the sub-panel: rows i > j get A_ij z_j
-                zrow = yrow[c0:c1]
-                for i in range(j + 1, s1):
-                    a_ij = afold[j, i]
-                    if a_ij != 0.0:
-                        wi = work[i - p0]
-                        for col in range(nc):
-                            wi[col] += a_ij * zrow[col]
+
+
+@njit(nogil=True)
+def sweep_columns(afold, b_diag, code, params, r, y, c0, c1, panel, stats):
+    """One MSM iteration (paper, Algorithm 2) on the columns c0..c1-1 of ``y``, in place.
+
+    Parameters
+    ----------
+    afold : (n, n) folded matrix: A with the strictly lower part of every diagonal
+        panel block zeroed and the diagonal replaced by C_jj (docs/design.md, "CPU sweep"), so
+        ``afold[P, :] @ Y`` is the whole off-panel part plus the old in-panel part.
+        The in-panel lower entries A[k, j] (k > j) are read as afold[j, k] (symmetry).
+    b_diag : (n,) B_jj.
+    code, params : penalty table (penalties.py).
+    r, y : (n, m) C-ordered linear term and iterate; the columns c0..c1-1 of y are
+        overwritten with the new iterate, the other columns are not touched.
+    panel : rows per panel T.
+    stats : (4, m) float64; columns c0..c1-1 are overwritten with, per column,
+        [0] sum_j 1/2 b (z^2 - x^2) + w (z - x) + 1/2 C_jj (z - x)^2
+        [1] sum_j h(z_j)
+        [2] ||z - x||^2
+        [3] ||x||^2
+        so that F(z) = F(x) + stats[0] + stats[1] - sum_j h(x_j)   (exact identity,
+        see driver.py).
+
+    ``code`` is an argument here: this kernel holds the sweep of every code; the
+    backend calls the sweep of its code alone (:func:`sweep_for`).
+    """
+    _sweep(afold, b_diag, code, params, r, y, c0, c1, panel, stats, stats, False)
+
+
+@njit(nogil=True)
+def sweep_columns_with_objective(afold, b_diag, code, params, r, y, c0, c1, panel, stats, f0):
+    """:func:`sweep_columns`, and F(X) of the iterate before the sweep per column, at no
+    extra product: ``f0[0, c]`` = F_c, ``f0[1, c]`` = sum_j h(x_jc) (float64, columns
+    c0..c1-1 overwritten; F = inf where an entry is outside dom h).
+
+    The panel product is split, ``afold[P, p0:] @ X[p0:]`` (old rows only) first, so that
+    row j of it is ``C_jj x_j + sum_{i>j} A_ji x_i`` and
+    ``1/2 x'Ax = sum_j x_j (work_j + 1/2 (B_jj - C_jj) x_j)`` (A_jj = B_jj + C_jj), then
+    ``afold[P, :p0] @ Z[:p0]`` is added: the same flops as the sweep's one product, so the
+    start objective of a solve costs no GEMM of its own.
+    """
+    _sweep(afold, b_diag, code, params, r, y, c0, c1, panel, stats, f0, True)
 
 
 @njit
@@ -334,46 +428,89 @@ def _add_objective_row(code, vrow, scale, curv, xrow, rrow, lam, lb, ub, p, fsum
 OBJECTIVE_ROWS = 128
 
 
+def _make_objective(code):
+    """:func:`objective_columns` compiled for one penalty ``code`` (a constant, as in
+    :func:`_make_sweep`)."""
+
+    @njit(nogil=True)
+    def objective(a, params, r, x, c0, c1, fun, hsum):
+        n = x.shape[0]
+        nc = c1 - c0
+        for col in range(c0, c1):
+            fun[col] = 0.0
+            hsum[col] = 0.0
+        if nc <= 0:
+            return
+        xcols = x[:, c0:c1]
+        rows = min(OBJECTIVE_ROWS, n)
+        ax = np.empty((rows, nc), dtype=x.dtype)
+        for p0 in range(0, n, rows):
+            p1 = min(p0 + rows, n)
+            gemm_rm(a[p0:p1], xcols, ax[: p1 - p0], 0.0)
+            for j in range(p0, p1):
+                axrow = ax[j - p0]
+                xrow = x[j, c0:c1]
+                rrow = r[j, c0:c1]
+                frow = fun[c0:c1]
+                hrow = hsum[c0:c1]
+                lam = np.float64(params[j, 0])
+                lb = np.float64(params[j, 1])
+                ub = np.float64(params[j, 2])
+                pexp = np.float64(params[j, 3])
+                _add_objective_row(code, axrow, 0.5, 0.0, xrow, rrow, lam, lb, ub, pexp, frow, hrow)
+
+    return objective
+
+
+#: The objective of each penalty code (:func:`_make_objective`), compiled on first use.
+OBJECTIVES = {code: _make_objective(code) for code in (CODE_BOX, CODE_L1, CODE_L0, CODE_LP)}
+_OBJECTIVE_BOX, _OBJECTIVE_L1, _OBJECTIVE_L0, _OBJECTIVE_LP = (
+    OBJECTIVES[c] for c in (CODE_BOX, CODE_L1, CODE_L0, CODE_LP)
+)
+
+
+def objective_for(code):
+    """The compiled objective of penalty ``code``:
+    ``objective(a, params, r, x, c0, c1, fun, hsum)`` is :func:`objective_columns`."""
+    objective = OBJECTIVES.get(int(code))
+    if objective is None:
+        raise ValueError(f"unknown penalty code {code} (see penalties.PENALTY_CODES)")
+    return objective
+
+
 @njit(nogil=True)
 def objective_columns(a, code, params, r, x, c0, c1, fun, hsum):
     """Per column c of c0..c1-1: F_c = sum_j x_jc (1/2 (A x)_jc + r_jc) + h(x_jc), and
     sum_j h(x_jc), in float64, written to ``fun[c]``/``hsum[c]``.
 
     A x is formed a block of rows at a time (never as a whole n x m array), so the
-    objective costs one GEMM of flops and one read of x and r.
+    objective costs one GEMM of flops and one read of x and r.  ``code`` is an argument
+    here (every code compiled in); the backend calls :func:`objective_for` ``(code)``.
     """
-    n = x.shape[0]
-    nc = c1 - c0
-    for col in range(c0, c1):
-        fun[col] = 0.0
-        hsum[col] = 0.0
-    if nc <= 0:
-        return
-    xcols = x[:, c0:c1]
-    rows = min(OBJECTIVE_ROWS, n)
-    ax = np.empty((rows, nc), dtype=x.dtype)
-    for p0 in range(0, n, rows):
-        p1 = min(p0 + rows, n)
-        gemm_rm(a[p0:p1], xcols, ax[: p1 - p0], 0.0)
-        for j in range(p0, p1):
-            axrow = ax[j - p0]
-            xrow = x[j, c0:c1]
-            rrow = r[j, c0:c1]
-            frow = fun[c0:c1]
-            hrow = hsum[c0:c1]
-            lam = np.float64(params[j, 0])
-            lb = np.float64(params[j, 1])
-            ub = np.float64(params[j, 2])
-            pexp = np.float64(params[j, 3])
-            _add_objective_row(code, axrow, 0.5, 0.0, xrow, rrow, lam, lb, ub, pexp, frow, hrow)
+    if code == CODE_BOX:
+        _OBJECTIVE_BOX(a, params, r, x, c0, c1, fun, hsum)
+    elif code == CODE_L1:
+        _OBJECTIVE_L1(a, params, r, x, c0, c1, fun, hsum)
+    elif code == CODE_L0:
+        _OBJECTIVE_L0(a, params, r, x, c0, c1, fun, hsum)
+    else:
+        _OBJECTIVE_LP(a, params, r, x, c0, c1, fun, hsum)
 
 
-@njit(nogil=True)
-def all_zero(x):
-    """True when every entry of the C-ordered array ``x`` is 0 (stops at the first that is not)."""
+#: Entries :func:`all_zero` tests at a time.
+ZERO_TEST_BLOCK = 1 << 15
+
+
+def all_zero(x) -> bool:
+    """True when every entry of the C-ordered array ``x`` is 0 (a NaN is not), testing
+    blocks of ZERO_TEST_BLOCK entries until one is not.
+
+    NumPy, not a kernel: nothing to compile on a first call, and faster on large arrays
+    (a compiled loop that can stop at any entry is not vectorised; docs/first_call.md).
+    """
     flat = x.reshape(-1)
-    for i in range(flat.size):
-        if flat[i] != 0.0:
+    for start in range(0, flat.size, ZERO_TEST_BLOCK):
+        if flat[start : start + ZERO_TEST_BLOCK].any():
             return False
     return True
 

@@ -43,8 +43,9 @@ import time
 
 import numpy as np
 
+from ..penalties import CODE_BOX, CODE_L0, CODE_L1, CODE_LP
 from .atomics import SPIN_SUPPORTED, aadd, acas, aload, astore, astore_fenced, pause
-from .cpu_kernels import sweep_columns, sweep_columns_with_objective
+from .cpu_kernels import SWEEPS
 from .cpu_tiles import sweep_tiles
 from .jit import njit
 from .threads import _current_cpu, _pool
@@ -82,10 +83,14 @@ POOL_MOST_SECONDS = 1.0
 CALM_SWEEPS = 50
 
 
-#: Which kernel a team runs: a module constant in each compiled entry point, so that
-#: Numba compiles only that kernel into it (a branch on an argument compiled both: the
-#: first team at 200 x 1000 cost 26 s of compilation on a cold cache, now 4.4-4.6 s).
+#: Which kernel a team runs: a constant in each compiled entry point, with the penalty
+#: code, so that Numba compiles only that kernel into it (a branch on an argument
+#: compiled both: the first team at 200 x 1000 cost 26 s of compilation on a cold cache,
+#: 4.4-4.6 s with the kind a constant).
 KIND_TILES, KIND_PANELS = 1, 2
+_SWEEP_BOX, _SWEEP_L1, _SWEEP_L0, _SWEEP_LP = (
+    SWEEPS[c] for c in (CODE_BOX, CODE_L1, CODE_L0, CODE_LP)
+)
 
 
 @njit(inline="always")
@@ -93,10 +98,14 @@ def _sweep_item(kind, panel, code, arrays, with_f0, c0, c1):
     afold, b_diag, params, r, y, stats, f0 = arrays
     if kind == KIND_TILES:
         sweep_tiles(afold, b_diag, code, params, r, y, c0, c1, stats, f0, with_f0)
-    elif with_f0:
-        sweep_columns_with_objective(afold, b_diag, code, params, r, y, c0, c1, panel, stats, f0)
+    elif code == CODE_BOX:
+        _SWEEP_BOX(afold, b_diag, params, r, y, c0, c1, panel, stats, f0, with_f0)
+    elif code == CODE_L1:
+        _SWEEP_L1(afold, b_diag, params, r, y, c0, c1, panel, stats, f0, with_f0)
+    elif code == CODE_L0:
+        _SWEEP_L0(afold, b_diag, params, r, y, c0, c1, panel, stats, f0, with_f0)
     else:
-        sweep_columns(afold, b_diag, code, params, r, y, c0, c1, panel, stats)
+        _SWEEP_LP(afold, b_diag, params, r, y, c0, c1, panel, stats, f0, with_f0)
 
 
 @njit(inline="always")
@@ -159,34 +168,41 @@ def _team(kind, panel, code, arrays, ctl, running, slot, seen, budget, lead):
     return 0
 
 
-# One entry point per kernel, each naming its kind as a module constant, so that Numba
-# compiles only that kernel into it.
-@njit(nogil=True)
-def team_tiles(panel, code, arrays, ctl, running, slot, seen, budget, lead):
-    """:func:`_team` with the register-tiled sweep (``cpu_tiles``)."""
-    return _team(KIND_TILES, panel, code, arrays, ctl, running, slot, seen, budget, lead)
+def _make_team(kind, code):
+    """The team's compiled entry point for one kernel ``kind`` and penalty ``code``, both
+    constants of the function (closure variables), so that Numba compiles that sweep
+    alone into it: :func:`_team` with ``(panel, arrays, ctl, running, slot, seen, budget,
+    lead)``."""
+
+    @njit(nogil=True)
+    def team(panel, arrays, ctl, running, slot, seen, budget, lead):
+        return _team(kind, panel, code, arrays, ctl, running, slot, seen, budget, lead)
+
+    return team
 
 
-@njit(nogil=True)
-def team_panels(panel, code, arrays, ctl, running, slot, seen, budget, lead):
-    """:func:`_team` with the BLAS-panel sweep (``cpu_kernels``)."""
-    return _team(KIND_PANELS, panel, code, arrays, ctl, running, slot, seen, budget, lead)
+#: The entry point of each (kind, penalty code), compiled on first use.
+TEAMS = {
+    (kind, code): _make_team(kind, code)
+    for kind in (KIND_TILES, KIND_PANELS)
+    for code in (CODE_BOX, CODE_L1, CODE_L0, CODE_LP)
+}
 
 
 def _entry(kernel_args):
-    """(compiled entry point, panel, code, arrays) of ``kernel_args`` = (tiles, panel,
-    afold, b_diag, code, params, r, y, stats, f0)."""
+    """(compiled entry point, panel, arrays) of ``kernel_args`` = (tiles, panel, afold,
+    b_diag, code, params, r, y, stats, f0)."""
     tiles, panel, afold, b_diag, code, params, r, y, stats, f0 = kernel_args
     arrays = (afold, b_diag, params, r, y, stats, f0)
-    return (team_tiles if tiles else team_panels), panel, code, arrays
+    return TEAMS[(KIND_TILES if tiles else KIND_PANELS, int(code))], panel, arrays
 
 
 def help_sweeps(*args):
     """A pool thread's loop (:func:`_team`); ``args`` = the team's kernel args (tiles,
     panel, afold, b_diag, code, params, r, y, stats, f0), then ctl, running, slot, seen,
     budget."""
-    team, panel, code, arrays = _entry(args[:10])
-    team(panel, code, arrays, *args[10:], False)
+    team, panel, arrays = _entry(args[:10])
+    team(panel, arrays, *args[10:], False)
 
 
 #: ``running`` for the caller's part (:func:`_team` with ``lead``: never read).
@@ -379,8 +395,8 @@ class SweepTeam:
                 self.posted += 1
         # the caller's part: items of this generation until none is left (some may still
         # be running on other threads: wait_items)
-        team, panel, code, arrays = self._entry
-        own_columns = team(panel, code, arrays, ctl, _NO_RUNNING, 0, gen, 0, True)
+        team, panel, arrays = self._entry
+        own_columns = team(panel, arrays, ctl, _NO_RUNNING, 0, gen, 0, True)
         own = time.perf_counter()
         if not wait_items(ctl, count, self._wait_budget):
             while ctl[DONE] < count:
