@@ -95,6 +95,15 @@ def _axpy(sparse, xd, indptr, indices, values, j, a, out):
             out[i] += a * xd[i, j]
 
 
+@njit(inline="always")
+def _copy(dst, src):
+    """dst[:] = src for 1-D arrays of one length, as a loop: an array assigned to a slice
+    compiles Numba's shape-mismatch message (string formatting), seconds of a first call
+    on an empty cache (docs/first_call.md)."""
+    for i in range(dst.shape[0]):
+        dst[i] = src[i]
+
+
 # -- pieces of one iteration --------------------------------------------------------------
 
 
@@ -122,7 +131,7 @@ def _loss_derivatives(kind, y, s, z, work, curv):
         curv[i] = s[i] * _curvature(kind, z[i], y[i])
 
 
-@njit(nogil=True)
+@njit(inline="always")
 def _gradient_and_diagonal(sparse, xd, indptr, indices, values, work, curv, grad, hdiag):
     """grad = X' work, hdiag = (X o X)' curv (one pass over X); returns max(hdiag)."""
     if sparse:
@@ -162,7 +171,7 @@ def _gradient_and_diagonal_dense(xd, work, curv, grad, hdiag):
         hdiag[j] = acc_sq
 
 
-@njit(nogil=True)
+@njit(inline="always")
 def _measure(
     sparse, xd, indptr, indices, values, kind, y, s, z, w, code, lam, lb, ub, p,
     curv, grad, hdiag, diag, step,
@@ -186,6 +195,43 @@ def _measure(
         step_sq += step[j] * step[j]
         w_sq += w[j] * w[j]
     return math.sqrt(step_sq), math.sqrt(w_sq)
+
+
+@njit(nogil=True)
+def _select(x, k):
+    """The k-th smallest entry of ``x`` (0-based; ``np.partition(x, k)[k]``, no NaN), by
+    quickselect in place: ``np.partition`` compiles Numba's sort and ``np.unique``, seconds
+    of a first call on an empty cache (docs/first_call.md)."""
+    lo = 0
+    hi = x.shape[0] - 1
+    while lo < hi:
+        # median of three as the pivot, then Hoare's partition of x[lo..hi]
+        mid = (lo + hi) // 2
+        if x[mid] < x[lo]:
+            x[lo], x[mid] = x[mid], x[lo]
+        if x[hi] < x[lo]:
+            x[lo], x[hi] = x[hi], x[lo]
+        if x[hi] < x[mid]:
+            x[mid], x[hi] = x[hi], x[mid]
+        pivot = x[mid]
+        i = lo
+        j = hi
+        while i <= j:
+            while x[i] < pivot:
+                i += 1
+            while pivot < x[j]:
+                j -= 1
+            if i <= j:
+                x[i], x[j] = x[j], x[i]
+                i += 1
+                j -= 1
+        if k <= j:
+            hi = j
+        elif k >= i:
+            lo = i
+        else:
+            return x[k]
+    return x[k]
 
 
 @njit(inline="always")
@@ -218,7 +264,7 @@ def _working_set(w, step, diag, free_row, use_ws, ws_min, ws_growth, score, rows
             if score[j] > 0.0:
                 positive[k] = score[j]
                 k += 1
-        kth = np.partition(positive, n_viol - cap)[n_viol - cap]  # the cap-th largest
+        kth = _select(positive, n_viol - cap)  # the cap-th largest
     count = 0
     for j in range(n):
         if w[j] != 0.0 or j == free_row or (score[j] > 0.0 and score[j] >= kth):
@@ -227,7 +273,7 @@ def _working_set(w, step, diag, free_row, use_ws, ws_min, ws_growth, score, rows
     return count
 
 
-@njit(nogil=True)
+@njit(inline="always")
 def _model_sweeps(
     sparse, xd, indptr, indices, values, curv, grad, hdiag, diag, code, lam, lb, ub, p,
     rows, yk, theta, omega, inner_tol, inner_max_iter,
@@ -360,8 +406,8 @@ def _anderson(history, yk, v, rows, grad, curv, code, lam, lb, ub, p):
     if depth == 0:
         return
     n = count[0]
-    ys[n] = yk
-    vs[n] = v
+    _copy(ys[n], yk)
+    _copy(vs[n], v)
     count[0] = n + 1
     if n < depth:
         return
@@ -385,8 +431,8 @@ def _anderson(history, yk, v, rows, grad, curv, code, lam, lb, ub, p):
     if _model_value(y_ext, v_ext, y_start, rows, grad, curv, code, lam, lb, ub, p) < (
         _model_value(yk, v, y_start, rows, grad, curv, code, lam, lb, ub, p)
     ):
-        yk[:] = y_ext
-        v[:] = v_ext
+        _copy(yk, y_ext)
+        _copy(v, v_ext)
 
 
 @njit(inline="always")
@@ -477,7 +523,7 @@ def _model_sweeps_gram(
     return sweeps
 
 
-@njit(nogil=True)
+@njit(inline="always")
 def _direction(sparse, xd, indptr, indices, values, grad, w, code, lam, lb, ub, p, rows, yk, d, u):
     """d = Y - W on the rows, u = X d (afresh: no drift of the sweeps' running product);
     returns the predicted decrease Delta = <G, d> + h(Y) - h(W) and h off the rows."""
@@ -502,7 +548,7 @@ def _direction(sparse, xd, indptr, indices, values, grad, w, code, lam, lb, ub, 
     return delta, h_rest
 
 
-@njit(nogil=True)
+@njit(inline="always")
 def _line_search(
     kind, y, s, z, w, f0, code, lam, lb, ub, p, rows, d, u, delta, h_rest, rounding, sigma,
     max_halvings, stats,
@@ -529,13 +575,13 @@ def _line_search(
         if (delta < 0.0 and f_try <= f0 + sigma * beta * delta) or flat:
             for k in range(rows.shape[0]):
                 w[rows[k]] = w_try[k]
-            z[:] = z_try
+            _copy(z, z_try)
             return True, f_try
         beta *= 0.5
     return False, f0
 
 
-@njit(nogil=True)
+@njit(inline="always")
 def _safeguard(
     sparse, xd, indptr, indices, values, kind, y, s, z, w, f0, code, lam, lb, ub, p, grad,
     diag, sigma, max_doublings, stats,
@@ -548,7 +594,7 @@ def _safeguard(
     for attempt in range(max_doublings):
         stats[2] = attempt + 1
         decrease = 0.0
-        z_try[:] = z
+        _copy(z_try, z)
         for j in range(w.shape[0]):
             t, _ = prox_scalar(
                 code, grad[j] - tau * diag[j] * w[j], tau * diag[j], lam[j], lb[j], ub[j], p
@@ -561,105 +607,142 @@ def _safeguard(
         decrease *= 0.5 * tau
         f_try = _q_sum(kind, z_try, y, s) + _h_sum(code, pw, lam, lb, ub, p)
         if decrease > 0.0 and f_try <= f0 - sigma * decrease:
-            w[:] = pw
-            z[:] = z_try
+            _copy(w, pw)
+            _copy(z, z_try)
             return True, f_try
         tau *= 2.0
     return False, f0
 
 
-@njit(nogil=True)
-def _column_step(
-    sparse, xd, indptr, indices, values, kind, y, s, z, w, f0, code, lam, lb, ub, p,
-    curv, grad, hdiag, diag, step, free_row, use_ws, ws_min, ws_growth, inner_tol,
-    inner_max_iter, theta, omega, rounding, sigma, max_halvings, max_doublings, sweeps_guess,
-    stats,
-):  # fmt: skip
-    """One proximal Newton iteration on one problem, in place on w and z.
+def _make_newton(sparse, kind, code):
+    """(step, measure): :func:`step_columns` and :func:`measure_columns` compiled for one
+    kind of design (``sparse``), loss ``kind`` and penalty ``code``, all three constants of
+    the compiled functions (closure variables).  The pieces of an iteration are inlined
+    into them, so Numba drops the branches of the other designs, losses and codes before
+    compiling (every combination at once, as arguments, was the slowest first call of all;
+    docs/first_call.md); the inner sweeps and the passes over X stay compiled functions
+    of their own."""
 
-    ``curv, grad, hdiag, diag, step`` are the measure at W on entry (:func:`_measure`);
-    ``stats`` receives [inner sweeps, line-search trials, safeguard trials, working-set
-    size, outcome code].  Returns F at the new W (f0 when stuck)."""
-    n = w.shape[0]
-    score = np.empty(n)
-    all_rows = np.empty(n, dtype=np.int64)
-    nws = _working_set(w, step, diag, free_row, use_ws, ws_min, ws_growth, score, all_rows)
-    stats[3] = nws
-    stats[4] = STEP_NEWTON
-    if nws == 0:  # no row to move: W is optimal (the flat rule accepts it)
-        return f0
-    rows = all_rows[:nws]
-    yk = np.empty(nws)
-    for k in range(nws):
-        yk[k] = w[rows[k]]
-    m = z.shape[0]
-    # dense X: form H when that is cheaper over the sweeps expected (as many as last time;
-    # the GEMM counted at a quarter of the loops' cost per flop)
-    expected = max(sweeps_guess, 1)
-    if not sparse and 0.25 * m * nws * nws + expected * nws * nws < 2.0 * expected * m * nws:
-        stats[0] = _model_sweeps_gram(
-            xd, curv, grad, hdiag, diag, code, lam, lb, ub, p, rows, yk, theta, omega,
-            inner_tol, inner_max_iter,
-        )  # fmt: skip
-    else:
-        stats[0] = _model_sweeps(
-            sparse, xd, indptr, indices, values, curv, grad, hdiag, diag, code, lam, lb, ub,
-            p, rows, yk, theta, omega, inner_tol, inner_max_iter,
-        )  # fmt: skip
-    d = np.empty(nws)
-    u = np.empty(z.shape[0])
-    delta, h_rest = _direction(
-        sparse, xd, indptr, indices, values, grad, w, code, lam, lb, ub, p, rows, yk, d, u
-    )
-    ok, f = _line_search(
-        kind, y, s, z, w, f0, code, lam, lb, ub, p, rows, d, u, delta, h_rest, rounding,
-        sigma, max_halvings, stats,
-    )  # fmt: skip
-    if ok:
-        return f
-    stats[4] = STEP_FALLBACK
-    ok, f = _safeguard(
-        sparse, xd, indptr, indices, values, kind, y, s, z, w, f0, code, lam, lb, ub, p, grad,
-        diag, sigma, max_doublings, stats,
-    )  # fmt: skip
-    if not ok:  # no decrease representable in floating point: this problem stops
-        stats[4] = STEP_STUCK
-    return f
+    @njit(nogil=True)
+    def step(
+        xd, indptr, indices, values, Y, s, Z, W, F, cols, c0, c1, lam, lb, ub, p, CURV, GRAD,
+        HDIAG, DIAG, STEP, free_row, use_ws, ws_min, ws_growth, inner_tols, inner_max_iter,
+        theta, omega, rounding, sigma, max_halvings, max_doublings, last_sweeps, stats,
+        step_norm, w_norm,
+    ):  # fmt: skip
+        # (the iteration is written out here, not an inlined function of its own: Numba
+        # inlines a function by copying it with everything inlined into it, which cost
+        # more than the rest of this kernel's compilation)
+        for a in range(c0, c1):
+            c = cols[a]
+            # one proximal Newton iteration on problem c, in place on W[c] and Z[c];
+            # CURV[c] .. STEP[c] are the measure at W on entry (_measure); stats[a]
+            # receives [inner sweeps, line-search trials, safeguard trials, working-set
+            # size, outcome code]
+            y, z, w, f0, st = Y[c], Z[c], W[c], F[c], stats[a]
+            curv, grad, hdiag, diag = CURV[c], GRAD[c], HDIAG[c], DIAG[c]
+            n = w.shape[0]
+            score = np.empty(n)
+            all_rows = np.empty(n, dtype=np.int64)
+            nws = _working_set(
+                w, STEP[c], diag, free_row, use_ws, ws_min, ws_growth, score, all_rows
+            )
+            st[3] = nws
+            st[4] = STEP_NEWTON
+            f = f0  # nws = 0: no row to move, W is optimal (the flat rule accepts it)
+            if nws > 0:
+                rows = all_rows[:nws]
+                yk = np.empty(nws)
+                for k in range(nws):
+                    yk[k] = w[rows[k]]
+                m = z.shape[0]
+                # dense X: form H when that is cheaper over the sweeps expected (as many
+                # as last time; the GEMM counted at a quarter of the loops' cost per flop)
+                expected = max(last_sweeps[c], 1)
+                gram = False
+                if sparse:  # (a plain test: Numba folds a constant's branch)
+                    gram = False
+                else:
+                    gram = 0.25 * m * nws * nws + expected * nws * nws < (2.0 * expected * m * nws)
+                if gram:
+                    st[0] = _model_sweeps_gram(
+                        xd, curv, grad, hdiag, diag, code, lam, lb, ub, p, rows, yk, theta,
+                        omega, inner_tols[a], inner_max_iter,
+                    )  # fmt: skip
+                else:
+                    st[0] = _model_sweeps(
+                        sparse, xd, indptr, indices, values, curv, grad, hdiag, diag, code,
+                        lam, lb, ub, p, rows, yk, theta, omega, inner_tols[a], inner_max_iter,
+                    )  # fmt: skip
+                d = np.empty(nws)
+                u = np.empty(m)
+                delta, h_rest = _direction(
+                    sparse, xd, indptr, indices, values, grad, w, code, lam, lb, ub, p, rows,
+                    yk, d, u,
+                )  # fmt: skip
+                ok, f = _line_search(
+                    kind, y, s, z, w, f0, code, lam, lb, ub, p, rows, d, u, delta, h_rest,
+                    rounding, sigma, max_halvings, st,
+                )  # fmt: skip
+                if not ok:
+                    st[4] = STEP_FALLBACK
+                    ok, f = _safeguard(
+                        sparse, xd, indptr, indices, values, kind, y, s, z, w, f0, code, lam,
+                        lb, ub, p, grad, diag, sigma, max_doublings, st,
+                    )  # fmt: skip
+                    if not ok:  # no decrease representable in floating point: it stops
+                        st[4] = STEP_STUCK
+            F[c] = f  # f0 when stuck
+            last_sweeps[c] = st[0]
+            step_norm[a], w_norm[a] = _measure(
+                sparse, xd, indptr, indices, values, kind, y, s, z, w, code, lam, lb, ub, p,
+                curv, grad, hdiag, diag, STEP[c],
+            )  # fmt: skip
+
+    @njit(nogil=True)
+    def measure(
+        xd, indptr, indices, values, Y, s, Z, W, F, c0, c1, lam, lb, ub, p, CURV, GRAD, HDIAG,
+        DIAG, STEP, step_norm, w_norm,
+    ):  # fmt: skip
+        for c in range(c0, c1):
+            F[c] = _q_sum(kind, Z[c], Y[c], s) + _h_sum(code, W[c], lam, lb, ub, p)
+            step_norm[c], w_norm[c] = _measure(
+                sparse, xd, indptr, indices, values, kind, Y[c], s, Z[c], W[c], code, lam,
+                lb, ub, p, CURV[c], GRAD[c], HDIAG[c], DIAG[c], STEP[c],
+            )  # fmt: skip
+
+    return step, measure
 
 
-@njit(nogil=True)
-def step_columns(
-    sparse, xd, indptr, indices, values, kind, Y, s, Z, W, F, cols, c0, c1, code, lam, lb,
-    ub, p, CURV, GRAD, HDIAG, DIAG, STEP, free_row, use_ws, ws_min, ws_growth, inner_tols,
-    inner_max_iter, theta, omega, rounding, sigma, max_halvings, max_doublings, last_sweeps,
-    stats, step_norm, w_norm,
-):  # fmt: skip
+_NEWTON = {}
+
+
+def _newton(sparse, kind, code):
+    """The compiled (step, measure) of a design, loss and penalty code (made on first use)."""
+    key = (bool(sparse), int(kind), int(code))
+    if key not in _NEWTON:
+        _NEWTON[key] = _make_newton(*key)
+    return _NEWTON[key]
+
+
+def step_columns(sparse, xd, indptr, indices, values, kind, Y, s, Z, W, F, cols, c0, c1, code,
+                 *args):  # fmt: skip
     """One outer iteration on the problems cols[c0:c1] (rows of W, Z, ...), then the new
-    measure; ``step_norm``/``w_norm`` (per entry of cols) get ||P - W|| and ||W||."""
-    for a in range(c0, c1):
-        c = cols[a]
-        F[c] = _column_step(
-            sparse, xd, indptr, indices, values, kind, Y[c], s, Z[c], W[c], F[c], code, lam,
-            lb, ub, p, CURV[c], GRAD[c], HDIAG[c], DIAG[c], STEP[c], free_row, use_ws,
-            ws_min, ws_growth, inner_tols[a], inner_max_iter, theta, omega, rounding, sigma,
-            max_halvings, max_doublings, last_sweeps[c], stats[a],
-        )  # fmt: skip
-        last_sweeps[c] = stats[a, 0]
-        step_norm[a], w_norm[a] = _measure(
-            sparse, xd, indptr, indices, values, kind, Y[c], s, Z[c], W[c], code, lam, lb,
-            ub, p, CURV[c], GRAD[c], HDIAG[c], DIAG[c], STEP[c],
-        )  # fmt: skip
+    measure; ``step_norm``/``w_norm`` (per entry of cols) get ||P - W|| and ||W||.
+
+    ``args``: ``lam, lb, ub, p, CURV, GRAD, HDIAG, DIAG, STEP, free_row, use_ws, ws_min,
+    ws_growth, inner_tols, inner_max_iter, theta, omega, rounding, sigma, max_halvings,
+    max_doublings, last_sweeps, stats, step_norm, w_norm``; runs the kernel of
+    :func:`_newton` ``(sparse, kind, code)``."""
+    step, _ = _newton(sparse, kind, code)
+    step(xd, indptr, indices, values, Y, s, Z, W, F, cols, c0, c1, *args)
 
 
-@njit(nogil=True)
-def measure_columns(
-    sparse, xd, indptr, indices, values, kind, Y, s, Z, W, F, c0, c1, code, lam, lb, ub,
-    p, CURV, GRAD, HDIAG, DIAG, STEP, step_norm, w_norm,
-):  # fmt: skip
-    """F, the measure and ||P - W||, ||W|| of the problems c0..c1 at W (the start)."""
-    for c in range(c0, c1):
-        F[c] = _q_sum(kind, Z[c], Y[c], s) + _h_sum(code, W[c], lam, lb, ub, p)
-        step_norm[c], w_norm[c] = _measure(
-            sparse, xd, indptr, indices, values, kind, Y[c], s, Z[c], W[c], code, lam, lb,
-            ub, p, CURV[c], GRAD[c], HDIAG[c], DIAG[c], STEP[c],
-        )  # fmt: skip
+def measure_columns(sparse, xd, indptr, indices, values, kind, Y, s, Z, W, F, c0, c1, code,
+                    *args):  # fmt: skip
+    """F, the measure and ||P - W||, ||W|| of the problems c0..c1 at W (the start).
+
+    ``args``: ``lam, lb, ub, p, CURV, GRAD, HDIAG, DIAG, STEP, step_norm, w_norm``; runs
+    the kernel of :func:`_newton` ``(sparse, kind, code)``."""
+    _, measure = _newton(sparse, kind, code)
+    measure(xd, indptr, indices, values, Y, s, Z, W, F, c0, c1, *args)
