@@ -6,18 +6,6 @@ on NumPy + Numba or on CuPy + a CUDA kernel (``backend="cuda"``).
 
 from . import backends
 from .api import least_squares, nnls, solve
-from .apps import (
-    NMF,
-    L0DictionaryLearning,
-    denoise,
-    extract_patches,
-    nmf,
-    overcomplete_dct,
-    psnr,
-    reconstruct_from_patches,
-    sparse_code,
-)
-from .apps.logistic import SparseLogisticRegression
 from .backends import BackendUnavailableError
 from .losses import Logistic, Poisson, Quadratic
 from .newton import minimize
@@ -25,6 +13,38 @@ from .penalties import L0, L1, Box, Lp, NonNeg, NonNegL1, Penalty, Zero
 from .result import IterationInfo, SolveResult
 
 __version__ = "0.1.0"
+
+#: The applications, imported on first use (``mg.NMF``, ``mg.denoise``, ...): their
+#: estimators subclass scikit-learn's, whose import (SciPy's stats included) took most
+#: of ``import msm_gpu``'s time, also for scripts that only solve.
+_LAZY = {
+    "NMF": "apps",
+    "L0DictionaryLearning": "apps",
+    "denoise": "apps",
+    "extract_patches": "apps",
+    "nmf": "apps",
+    "overcomplete_dct": "apps",
+    "psnr": "apps",
+    "reconstruct_from_patches": "apps",
+    "sparse_code": "apps",
+    "SparseLogisticRegression": "apps.logistic",
+}
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "NMF",
