@@ -386,7 +386,9 @@ def _factor_phase(G, L_all, p, x, free, tol, g_max, p_max, it, max_iter, L, orde
             f += 1
         elif added == 0 and f == n and L_all.shape[0] == n:
             # every variable joins an empty face, in index order: G's own factor
-            L[:, :] = L_all
+            for a in range(n):  # element by element: a slice assignment makes Numba
+                for b in range(n):  # compile its error formatting (seconds, cold)
+                    L[a, b] = L_all[a, b]
             valid = n
         single = False
     return done, it
