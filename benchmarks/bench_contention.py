@@ -191,7 +191,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     print(describe())
-    from msm_gpu.backends import cpu as cpu_backend
+    from msm_gpu.backends.cpu import backend as cpu_backend
 
     team = getattr(cpu_backend, "USE_TEAM", None)  # None: a version without the team
     print(f"msm_gpu from {mg.__file__}; threads= option: {HAS_THREADS}; spinning team: {team}")

@@ -37,10 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import describe  # noqa: E402
 
 import msm_gpu as mg  # noqa: E402
-from msm_gpu.backends.base import default_panel  # noqa: E402
-from msm_gpu.backends.cpu import CpuBackend  # noqa: E402
-from msm_gpu.problem import VERIFIED_A  # noqa: E402
-from msm_gpu.splitting import make_splitting  # noqa: E402
+from msm_gpu._input.problem import VERIFIED_A
+from msm_gpu.backends.base import default_panel
+from msm_gpu.backends.cpu.backend import CpuBackend
+from msm_gpu.solvers.splitting import make_splitting
 
 SHAPES = [(200, 1000), (1000, 4096), (256, 50000)]
 QUICK_SHAPES = [(200, 1000), (256, 10000)]

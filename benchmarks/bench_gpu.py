@@ -12,7 +12,7 @@ For every shape (n, r) and dtype it prints
 * the time of one iteration of the CPU backend and the GPU speed-up
   (target: >= 20x for n >= 256, r >= 10^4).
 
-* beside it the time the roofline model predicts (``msm_gpu.backends.cuda_model``, the
+* beside it the time the roofline model predicts (``msm_gpu.backends.cuda.model``, the
   rule that picks the layout; ``benchmarks/gpu_model.py`` prints the whole table) and the
   layout that ran,
 * ``msm_gpu.solve`` as users call it (``tol=0``, ``finish=None``, objective recorded:
@@ -137,7 +137,7 @@ def time_solve(cupy, data, penalty, repeats):
 def time_cpu(data_host, split, penalty, panel, repeats):
     """Median seconds of one iteration of the CPU backend, or None if it is missing."""
     try:
-        from msm_gpu.backends.cpu import CpuBackend
+        from msm_gpu.backends.cpu.backend import CpuBackend
     except ImportError as exc:
         print(f"  (CPU backend unavailable: {exc})")
         return None
@@ -155,7 +155,7 @@ def time_cpu(data_host, split, penalty, panel, repeats):
 def bench_shape(cupy, backend, n, r, dtype, penalty, args):
     """One row of the table (a dict)."""
     from msm_gpu.backends.base import default_panel
-    from msm_gpu.splitting import make_splitting
+    from msm_gpu.solvers.splitting import make_splitting
 
     data = make_problem(cupy, n, r, dtype)
     a, _, x0 = data
@@ -168,7 +168,7 @@ def bench_shape(cupy, backend, n, r, dtype, penalty, args):
     runs = {p: time_gpu(cupy, backend, data, split, penalty, p, args.repeats) for p in panels}
     by_panel = {p: t for p, (t, _) in runs.items()}
     best = min(by_panel, key=by_panel.get)
-    from msm_gpu.backends.cuda_model import choose_layout
+    from msm_gpu.backends.cuda.model import choose_layout
 
     predicted = choose_layout(n, r, np.dtype(dtype).itemsize, penalty.code, default).seconds
     t_iter, t_fixed = time_solve(cupy, data, penalty, args.repeats)
@@ -231,7 +231,7 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, default=None, help="folder for bench_gpu.json")
     args = parser.parse_args(argv)
 
-    from msm_gpu.backends.cuda import CudaBackend, cuda_unavailable_reason
+    from msm_gpu.backends.cuda.backend import CudaBackend, cuda_unavailable_reason
 
     reason = cuda_unavailable_reason()
     if reason is not None:

@@ -6,7 +6,7 @@ Usage::
 
 For every shape (n, r) and dtype it times one sweep (``state.sweep()``, CUDA events,
 median of ``--repeats`` after a warm-up) of every feasible (layout, tile width, panel)
-of ``msm_gpu.backends.cuda_model.candidates``, next to one cuBLAS GEMM ``A @ X`` of the
+of ``msm_gpu.backends.cuda.model.candidates``, next to one cuBLAS GEMM ``A @ X`` of the
 same shape and the time the model predicts for that configuration, and marks the one
 the layout rule (``choose_layout``) picks.  The table is what the rule is calibrated
 against (``cuda_model.py``'s docstring); ``--out DIR`` writes it as JSON.
@@ -44,7 +44,7 @@ PANELS = (16, 32, 64, 128)
 
 def configurations(n, r, itemsize, code):
     """(layout, tile width, panel) of every feasible candidate, panels from PANELS."""
-    from msm_gpu.backends.cuda_model import candidates
+    from msm_gpu.backends.cuda.model import candidates
 
     seen = set()
     for panel in PANELS:
@@ -57,8 +57,8 @@ def configurations(n, r, itemsize, code):
 
 def bench_shape(cupy, backend, n, r, dtype, penalty, repeats):
     from msm_gpu.backends.base import default_panel
-    from msm_gpu.backends.cuda_model import choose_layout
-    from msm_gpu.splitting import make_splitting
+    from msm_gpu.backends.cuda.model import choose_layout
+    from msm_gpu.solvers.splitting import make_splitting
 
     itemsize = np.dtype(dtype).itemsize
     a, rhs, x0 = make_problem(cupy, n, r, dtype)
@@ -122,7 +122,7 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, default=None, help="folder for the JSON table")
     args = parser.parse_args(argv)
 
-    from msm_gpu.backends.cuda import CudaBackend, cuda_unavailable_reason
+    from msm_gpu.backends.cuda.backend import CudaBackend, cuda_unavailable_reason
 
     reason = cuda_unavailable_reason()
     if reason is not None:

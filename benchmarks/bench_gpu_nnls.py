@@ -91,7 +91,7 @@ def problem(name, r):
 
 def run(variant, c, d, cupy):
     import msm_gpu as mg
-    from msm_gpu import finish
+    from msm_gpu.finish import run as finish
 
     saved = finish.DIRECT_MAX_N_DEVICE
     if variant == "gpu-cg":
@@ -122,7 +122,7 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, default=None, help="folder for the JSON table")
     args = parser.parse_args(argv)
 
-    from msm_gpu.backends.cuda import cuda_unavailable_reason
+    from msm_gpu.backends.cuda.backend import cuda_unavailable_reason
 
     reason = cuda_unavailable_reason()
     if reason is not None:

@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _machine import describe  # noqa: E402
 
-from msm_gpu.apps import nmf  # noqa: E402
+from msm_gpu.apps import nmf
 
 OURS = ("msm", "hals", "pg", "apg", "bpp", "cgd")
 PEERS = ("sk-cd", "sk-mu")

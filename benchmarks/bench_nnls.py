@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _machine import describe  # noqa: E402
 
 import msm_gpu as mg  # noqa: E402
-from msm_gpu.apps.nmf_solvers import bpp  # noqa: E402
+from msm_gpu.factorization.solvers import bpp
 
 #: name -> (m, n, r, r_quick, scipy subset)
 SHAPES = {

@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _machine import describe  # noqa: E402
 
 import msm_gpu as mg  # noqa: E402
-from msm_gpu.backends.cpu import CpuBackend  # noqa: E402
-from msm_gpu.validation import check_psd  # noqa: E402
+from msm_gpu._input.validation import check_psd
+from msm_gpu.backends.cpu.backend import CpuBackend
 
 SHAPES = [(200, 1), (200, 50), (500, 1), (500, 50), (1000, 1), (1000, 50)]
 

@@ -39,10 +39,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from msm_gpu.api import solve  # noqa: E402
-from msm_gpu.apps.denoise import denoise, psnr  # noqa: E402
-from msm_gpu.apps.dictionaries import overcomplete_dct, sample_patches  # noqa: E402
-from msm_gpu.apps.sparse_coding import l0_objective, omp, solve_h  # noqa: E402
+from msm_gpu._api import solve
+from msm_gpu.apps.denoise import denoise, psnr
+from msm_gpu.apps.dictionaries import overcomplete_dct, sample_patches
+from msm_gpu.apps.sparse_coding import l0_objective, omp, solve_h
 
 GRAY_IMAGES = ("camera", "coins", "moon", "brick", "text")
 BASELINES = ("pgm", "pgm_ls", "apg", "apg_ls")

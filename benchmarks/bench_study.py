@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir))
 
 import msm_gpu as mg  # noqa: E402
-from msm_gpu import study  # noqa: E402
+from msm_gpu.demo import study
 
 
 def usable_backends():

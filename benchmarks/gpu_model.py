@@ -7,7 +7,7 @@ Usage::
 For every shape of ``bench_gpu.py`` plus n in {8, 20, 64} x r in {1e6, 1e7} and both
 dtypes it prints, per layout the rule considers, the bytes, FMAs and warp-instructions
 of one iteration, the predicted times on an H100 and an H200, the predicted MSM/GEMM
-ratio and the layout that ``msm_gpu.backends.cuda_model.choose_layout`` picks (the same
+ratio and the layout that ``msm_gpu.backends.cuda.model.choose_layout`` picks (the same
 function the CUDA backend calls).  Nothing is measured here.
 """
 
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 
 from bench_gpu import SHAPES  # noqa: E402
 
-from msm_gpu.backends.cuda_model import H100, H200, candidates, choose_layout, gemm_cost  # noqa: E402
+from msm_gpu.backends.cuda.model import H100, H200, candidates, choose_layout, gemm_cost
 
 EXTRA = [(n, r) for n in (8, 20, 64) for r in (10**6, 10**7)]
 TARGET = 1.5

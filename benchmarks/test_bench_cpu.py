@@ -12,8 +12,8 @@ from bench_cpu import make_problem
 
 import msm_gpu as mg
 from msm_gpu.backends.base import default_panel
-from msm_gpu.backends.cpu import CpuBackend
-from msm_gpu.splitting import make_splitting
+from msm_gpu.backends.cpu.backend import CpuBackend
+from msm_gpu.solvers.splitting import make_splitting
 
 SHAPES = [(200, 1000), (1000, 4096), (256, 50000)]
 

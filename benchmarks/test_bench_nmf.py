@@ -13,7 +13,7 @@ import pytest
 from bench_nmf import init_factors, zipf_corpus
 
 from msm_gpu.apps import nmf
-from msm_gpu.apps.nmf_solvers import SOLVERS
+from msm_gpu.factorization.solvers import SOLVERS
 
 K = 20
 

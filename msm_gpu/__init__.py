@@ -5,10 +5,10 @@ on NumPy + Numba or on CuPy + a CUDA kernel (``backend="cuda"``).
 """
 
 from . import backends
-from .api import least_squares, nnls, solve
+from ._api import least_squares, nnls, solve
 from .backends import BackendUnavailableError
-from .losses import Logistic, Poisson, Quadratic
-from .newton import minimize
+from .glm.losses import Logistic, Poisson, Quadratic
+from .glm.newton import minimize
 from .penalties import L0, L1, Box, Lp, NonNeg, NonNegL1, Penalty, Zero
 from .result import IterationInfo, SolveResult
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from . import validation as v
-from .finish import check_finish
-from .splitting import DEFAULT_OMEGA, DEFAULT_THETA
+from ._input import validation as v
+from .finish.run import check_finish
+from .solvers.splitting import DEFAULT_OMEGA, DEFAULT_THETA
 
 #: Every value ``method=`` accepts: MSM first, then the paper's comparators.
 METHODS = ("msm", "pgm", "pgm_ls", "apg", "apg_ls")
-#: The proximal-gradient comparators (``msm_gpu.baselines``).
+#: The proximal-gradient comparators (``msm_gpu.solvers``).
 BASELINE_METHODS = METHODS[1:]
 
 

@@ -12,8 +12,8 @@ from conftest import objective, random_psd
 
 import msm_gpu as mg
 from msm_gpu.backends import get_backend
-from msm_gpu.baselines import METHODS, lipschitz_constant, run_baseline
-from msm_gpu.study import solve_with
+from msm_gpu.demo.study import solve_with
+from msm_gpu.solvers import METHODS, lipschitz_constant, run_baseline
 
 BE = get_backend("cpu")
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import msm_gpu as mg
-from msm_gpu.problem import PSD_CHECK_MAX_N
+from msm_gpu._input.problem import PSD_CHECK_MAX_N
 
 N = 1200
 

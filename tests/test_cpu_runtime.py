@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 import msm_gpu as mg
-from msm_gpu.backends import cpu, jit, threads
-from msm_gpu.backends.cpu import CpuBackend
-from msm_gpu.splitting import make_splitting
+from msm_gpu.backends.cpu import backend as cpu
+from msm_gpu.backends.cpu import jit, threads
+from msm_gpu.backends.cpu.backend import CpuBackend
+from msm_gpu.solvers.splitting import make_splitting
 
 DTYPES = [np.float64, np.float32]
 PENALTIES = [
@@ -46,7 +47,7 @@ def _problem(n, r, dtype, seed=0):
 def test_gemm_on_strided_views_matches_numpy(dtype):
     from numba import njit
 
-    from msm_gpu.backends.blas import gemm_rm, gemm_rm_at
+    from msm_gpu.backends.cpu.blas import gemm_rm, gemm_rm_at
 
     @njit
     def both(a, at, b, c1, c2, beta):
@@ -306,7 +307,7 @@ def test_psd_test_factors_on_one_blas_thread_and_restores_it(monkeypatch):
     # a threaded dpotrf leaves OpenBLAS threads spinning beside the sweeps that follow
     from scipy.linalg import lapack
 
-    from msm_gpu import validation
+    from msm_gpu._input import validation
 
     controllers = threads._numba_blas_controllers()
     saved = [c.num_threads for c in controllers]
@@ -459,7 +460,7 @@ def test_inputs_are_read_not_copied_and_never_written():
 
 def test_kernels_are_cached_outside_the_package():
     import msm_gpu
-    from msm_gpu.backends import cpu_kernels
+    from msm_gpu.backends.cpu import kernels as cpu_kernels
 
     package = os.path.dirname(os.path.abspath(msm_gpu.__file__))
     for kernel in (cpu_kernels.sweep_columns, cpu_kernels.objective_columns):
@@ -470,7 +471,7 @@ def test_kernels_are_cached_outside_the_package():
 
 def test_numba_cache_dir_of_the_user_is_respected(tmp_path):
     code = (
-        "from msm_gpu.backends import cpu_kernels, jit; "
+        "from msm_gpu.backends.cpu import kernels as cpu_kernels, jit; "
         "from numba.core import config; "
         "print(cpu_kernels.sweep_columns._cache._cache_path); print(repr(config.CACHE_DIR))"
     )

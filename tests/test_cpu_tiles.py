@@ -1,4 +1,4 @@
-"""The tiled CPU sweep (msm_gpu.backends.cpu_tiles) and its SIMD vectors (simd.py).
+"""The tiled CPU sweep (msm_gpu.backends.cpu.tiles) and its SIMD vectors (simd.py).
 
 The sweep is checked against the row-by-row reference of the paper's Algorithm 1
 (``test_mutants_cpu_kernels._reference_sweep``, NumPy only) and against closed forms;
@@ -16,9 +16,11 @@ from numba import njit
 from test_mutants_cpu_kernels import PENALTIES, _bounds, _h, _problem, _reference_sweep
 
 import msm_gpu as mg
-from msm_gpu.backends import cpu, cpu_tiles, simd
-from msm_gpu.backends.cpu import CpuBackend
-from msm_gpu.splitting import make_splitting
+from msm_gpu.backends.cpu import backend as cpu
+from msm_gpu.backends.cpu import simd
+from msm_gpu.backends.cpu import tiles as cpu_tiles
+from msm_gpu.backends.cpu.backend import CpuBackend
+from msm_gpu.solvers.splitting import make_splitting
 
 N_ROWS = 2 * cpu_tiles.TILE_ROWS + 3  # two whole panels and a short one
 

@@ -1,7 +1,7 @@
 """The CUDA sweep, executed on the CPU by the emulator (docs/design.md).
 
 ``kernels/msm_sweep.cu`` is compiled unchanged with tests/cuda_emu/cuda_emu.hpp and
-driven through the real ``msm_gpu.backends.cuda.CudaSweepState`` (NumPy arrays and the
+driven through the real ``msm_gpu.backends.cuda.backend.CudaSweepState`` (NumPy arrays and the
 emulated launcher instead of CuPy; the panel GEMM is NumPy's), so the layout rule, the
 geometry, the index list and the compaction logic are those that run on a GPU.  Results
 must match the Numba sweep ``cpu_kernels.sweep_chunks``.
@@ -33,13 +33,13 @@ from cuda_emu.reference import (  # noqa: E402
     rel_err,
 )
 
-from msm_gpu.backends.cuda import (  # noqa: E402
+from msm_gpu.backends.cuda.backend import (
     CudaBackend,
     CudaSweepState,
     FusedArgs,
     cuda_unavailable_reason,
 )
-from msm_gpu.backends.cuda_geometry import fused_shared_bytes, launches  # noqa: E402
+from msm_gpu.backends.cuda.geometry import fused_shared_bytes, launches
 
 RTOL = {np.float64: 1e-12, np.float32: 1e-5}
 DTYPES = [np.float64, np.float32]
@@ -128,7 +128,7 @@ def test_grid_covers_every_penalty_and_layout():
     # rule picks (the resident layout, which the measured model no longer picks on this
     # grid, is checked for every penalty by test_every_penalty_matches_numba)
     assert {p for _, _, p, _ in GRID} == set(PENALTIES)
-    from msm_gpu.backends.cuda_model import choose_layout
+    from msm_gpu.backends.cuda.model import choose_layout
 
     picked = {choose_layout(n, r, np.dtype(d).itemsize, 0, 64).layout for n, r, _, d in GRID}
     assert {"fused", "panel"} <= picked <= {"fused", "resident", "panel"}
@@ -320,7 +320,7 @@ def test_skew_alone_keeps_results(emu, skewed, layout):
 
 
 def test_import_does_not_need_cupy():
-    code = "import sys, msm_gpu.backends.cuda; assert 'cupy' not in sys.modules"
+    code = "import sys, msm_gpu.backends.cuda.backend; assert 'cupy' not in sys.modules"
     repo = Path(__file__).resolve().parents[1]
     subprocess.run([sys.executable, "-c", code], check=True, cwd=repo)
 
@@ -367,7 +367,7 @@ class FakeRawModule:
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
 def test_cupy_launcher_argument_order(emu, dtype, layout):
-    from msm_gpu.backends.cuda import CupyLauncher
+    from msm_gpu.backends.cuda.backend import CupyLauncher
 
     problem = make_problem(50, 6, dtype, "l0_nonneg", seed=13)
     launcher = CupyLauncher(FakeRawModule(emu), gemm=emu.gemm)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from msm_gpu.backends.cuda import CUBLAS_COMPUTE_32F_PEDANTIC, gemm_call
-from msm_gpu.backends.cuda_geometry import (
+from msm_gpu.backends.cuda.backend import CUBLAS_COMPUTE_32F_PEDANTIC, gemm_call
+from msm_gpu.backends.cuda.geometry import (
     DEFAULT_SMEM_BUDGET,
     MAX_GRID_X,
     MAX_LAUNCH_COLS,
@@ -17,7 +17,7 @@ from msm_gpu.backends.cuda_geometry import (
     max_panel_rows,
     panel_shared_bytes,
 )
-from msm_gpu.backends.cuda_model import H100, H200, candidates, choose_layout, gemm_cost
+from msm_gpu.backends.cuda.model import H100, H200, candidates, choose_layout, gemm_cost
 from msm_gpu.penalties import PENALTY_CODES
 
 

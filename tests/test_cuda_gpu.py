@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cuda_emu.reference import PENALTIES, make_problem, numba_sweep, rel_err  # noqa: E402
 
-from msm_gpu.backends.cuda import cuda_unavailable_reason  # noqa: E402
+from msm_gpu.backends.cuda.backend import cuda_unavailable_reason
 
 REASON = cuda_unavailable_reason()
 pytestmark = [
@@ -43,7 +43,7 @@ def cupy():
 
 @pytest.fixture(scope="module")
 def backend():
-    from msm_gpu.backends.cuda import CudaBackend
+    from msm_gpu.backends.cuda.backend import CudaBackend
 
     return CudaBackend()
 
@@ -139,7 +139,7 @@ def test_iterations_with_retire(backend, cupy):
 
 
 def test_matches_cpu_backend(backend, cupy):
-    from msm_gpu.backends.cpu import CpuBackend
+    from msm_gpu.backends.cpu.backend import CpuBackend
 
     problem = make_problem(300, 700, np.float64, "nonneg", seed=9)
     cpu = CpuBackend().start(
@@ -160,7 +160,7 @@ def test_matches_cpu_backend(backend, cupy):
 
 def test_solve_on_cuda_matches_cpu(cupy):
     from msm_gpu import penalties
-    from msm_gpu.api import solve
+    from msm_gpu._api import solve
 
     problem = make_problem(120, 40, np.float64, "nonneg", seed=12)
     kwargs = dict(tol=1e-10, max_iter=3000)

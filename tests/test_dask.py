@@ -21,7 +21,7 @@ import scipy.sparse as sp
 from dask.distributed import Client, LocalCluster, futures_of, wait
 
 import msm_gpu as mg
-from msm_gpu.distributed import DaskSolveResult
+from msm_gpu.dask.solve import DaskSolveResult
 
 
 @pytest.fixture(scope="module")

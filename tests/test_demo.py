@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import msm_gpu as mg
-from msm_gpu import cli, study
+from msm_gpu.demo import cli, study
 
 #: (name, m, n, r, scipy columns): the demo's two kinds of data, small enough for a test;
 #: unmixing's scipy loop runs on a subset (its time scaled up), dense's on every column.

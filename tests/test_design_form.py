@@ -11,9 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_rank_deficient import PENALTIES, _f, _problem, _reference
 
-from msm_gpu.finish import Faces
-from msm_gpu.pwl_active_set import pwl_active_set, pwl_active_set_design
-from msm_gpu.scaling import row_scaled_penalty
+import msm_gpu as mg
+from msm_gpu._input.scaling import row_scaled_penalty
+from msm_gpu.finish.design_form import DESIGN_PASSES, SPARSE_GRAM_MAX_N, choose_representation
+from msm_gpu.finish.run import Faces
+from msm_gpu.solvers.pwl_active_set import pwl_active_set, pwl_active_set_design
 
 
 def _solve_design(c, d, penalty, sparse):
@@ -71,9 +73,6 @@ def test_design_form_on_a_sparse_design_with_empty_columns():
 
 
 # -- behind mg.least_squares: the choice of form ------------------------------------------
-
-import msm_gpu as mg  # noqa: E402
-from msm_gpu.design_solve import DESIGN_PASSES, SPARSE_GRAM_MAX_N, choose_representation  # noqa: E402
 
 
 def test_the_choice_rule():

@@ -18,9 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import msm_gpu as mg
-from msm_gpu import finish
-from msm_gpu import problem as problem_module
-from msm_gpu.facesolve import solve_passive, solve_passive_batched, solve_passive_cg
+from msm_gpu._input import problem as problem_module
+from msm_gpu.finish import run as finish
+from msm_gpu.finish.face_solves import solve_passive, solve_passive_batched, solve_passive_cg
 
 # -- SciPy's own NNLS test situations ----------------------------------------------------
 
@@ -586,7 +586,7 @@ def test_tail_on_host_only_for_device_nnls_with_factorised_faces(rng):
 
 @pytest.mark.gpu
 def test_finish_on_cupy_hands_its_stragglers_to_the_host(rng):
-    from msm_gpu.backends.cuda import cuda_unavailable_reason
+    from msm_gpu.backends.cuda.backend import cuda_unavailable_reason
 
     reason = cuda_unavailable_reason()
     if reason is not None:
@@ -605,7 +605,7 @@ def test_finish_on_cupy_hands_its_stragglers_to_the_host(rng):
 
 @pytest.mark.gpu
 def test_finish_on_cupy_with_cg_faces_matches_scipy(rng):
-    from msm_gpu.backends.cuda import cuda_unavailable_reason
+    from msm_gpu.backends.cuda.backend import cuda_unavailable_reason
 
     reason = cuda_unavailable_reason()
     if reason is not None:
@@ -623,7 +623,7 @@ def test_finish_on_cupy_with_cg_faces_matches_scipy(rng):
 
 @pytest.mark.gpu
 def test_finish_on_cupy_matches_cpu(rng):
-    from msm_gpu.backends.cuda import cuda_unavailable_reason
+    from msm_gpu.backends.cuda.backend import cuda_unavailable_reason
 
     reason = cuda_unavailable_reason()
     if reason is not None:

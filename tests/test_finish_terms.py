@@ -10,8 +10,8 @@ import pytest
 from array_api_compat import numpy as xp
 
 import msm_gpu as mg
-from msm_gpu import finish
-from msm_gpu.finish_terms import host_terms
+from msm_gpu.finish import run as finish
+from msm_gpu.finish.terms import host_terms
 
 PENALTIES = [
     mg.Zero(),

@@ -1,12 +1,12 @@
-"""The one-pass input kernels (msm_gpu.input_stats) against the NumPy code they replace."""
+"""The one-pass input kernels (msm_gpu._input.stats) against the NumPy code they replace."""
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 import msm_gpu as mg
-from msm_gpu import input_stats as ist
-from msm_gpu import problem as prob
+from msm_gpu._input import problem as prob
+from msm_gpu._input import stats as ist
 
 DTYPES = (np.float32, np.float64)
 

@@ -80,7 +80,7 @@ def test_l0_sweeps_cpu_match_the_paper_rows_from_a_dense_warm_start():
 
 
 def test_l0_sparse_sweeps_touch_only_their_column_range():
-    from msm_gpu.backends.cpu_kernels import l0_sparse_sweeps
+    from msm_gpu.backends.cpu.kernels import l0_sparse_sweeps
 
     d, y, g = _problem(6, n=30)
     r = -(d.T @ y)

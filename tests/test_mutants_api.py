@@ -1,4 +1,4 @@
-"""msm_gpu.api: what its docstrings promise at the edges the other tests do not reach
+"""msm_gpu._api: what its docstrings promise at the edges the other tests do not reach
 (written for the mutants that survived them; see benchmarks/mutation/SURVIVORS.md).
 
 * ``result.time`` is the wall time of the call;
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import msm_gpu as mg
-from msm_gpu.problem import PSD_CHECK_MAX_N
+from msm_gpu._input.problem import PSD_CHECK_MAX_N
 
 
 def _small(seed=0, n=6):

@@ -1,4 +1,4 @@
-"""msm_gpu.backends.cpu_kernels against a plain NumPy sweep written from the paper, at the
+"""msm_gpu.backends.cpu.kernels against a plain NumPy sweep written from the paper, at the
 edges the other tests do not reach (written for the mutants that survived them; see
 benchmarks/mutation/SURVIVORS.md).
 
@@ -19,9 +19,14 @@ import numpy as np
 import pytest
 
 import msm_gpu as mg
-from msm_gpu.backends.cpu import CpuBackend
-from msm_gpu.backends.cpu_kernels import SUB_PANEL, all_zero, objective_columns, sweep_columns
-from msm_gpu.splitting import make_splitting
+from msm_gpu.backends.cpu.backend import CpuBackend
+from msm_gpu.backends.cpu.kernels import (
+    SUB_PANEL,
+    all_zero,
+    objective_columns,
+    sweep_columns,
+)
+from msm_gpu.solvers.splitting import make_splitting
 
 
 def _h(pen, t, lb, ub):
@@ -213,7 +218,7 @@ def test_all_zero():
 @pytest.mark.parametrize("p", [0.5, 2 / 3])
 def test_lp_with_lam_zero_is_exactly_the_unpenalised_step(p):
     # h = 0: the 1-D argmin is -w / b exactly, and the sweep is the plain SOR sweep
-    from msm_gpu.backends.cpu_kernels import prox_scalar
+    from msm_gpu.backends.cpu.kernels import prox_scalar
 
     for w, b in ((-3.0, 0.7), (2.5, 1.0), (1e-9, 3.0), (0.0, 2.0), (-40.0, 0.1)):
         t, h = prox_scalar(mg.Lp(0.0, p).code, w, b, 0.0, -np.inf, np.inf, p)

@@ -1,4 +1,4 @@
-"""msm_gpu.driver.MsmMethod: the tracked objective against a direct float64 evaluation,
+"""msm_gpu.solvers.msm.MsmMethod: the tracked objective against a direct float64 evaluation,
 through every branch of its bookkeeping (written for the mutants that survived the other
 tests; see benchmarks/mutation/SURVIVORS.md).
 
@@ -17,9 +17,9 @@ import pytest
 from array_api_compat import numpy as xp_numpy
 
 import msm_gpu as mg
-from msm_gpu.backends.cpu import CpuBackend
-from msm_gpu.driver import MsmMethod, column_objectives
-from msm_gpu.splitting import make_splitting
+from msm_gpu.backends.cpu.backend import CpuBackend
+from msm_gpu.solvers.msm import MsmMethod, column_objectives
+from msm_gpu.solvers.splitting import make_splitting
 
 
 def _h(pen, x):
@@ -122,7 +122,7 @@ def test_start_objective_from_the_first_sweep(backend, pen, start):
 @pytest.mark.parametrize("panel", [1, 4, 5, 12, 40])
 def test_fused_start_objective_kernel_per_panel(dtype, panel):
     # the split product at every panel boundary, both dtypes, a column range inside
-    from msm_gpu.backends import cpu_kernels
+    from msm_gpu.backends.cpu import kernels as cpu_kernels
 
     a, r = _problem(n=12, m=6, seed=23)
     pen = mg.Lp(0.05, 0.5)
@@ -189,7 +189,7 @@ def test_column_objectives_closed_form():
 def test_cpu_objective_needs_no_array_evaluation(monkeypatch):
     # module docstring: F(X_0) = 0 without a product for X_0 = 0, then F is updated from the
     # sweep statistics; on the CPU the final F comes from the backend's fast path as well
-    import msm_gpu.driver as driver
+    import msm_gpu.solvers.msm as driver
 
     def forbidden(*args, **kwargs):
         raise AssertionError("column_objectives called although the backend has a fast path")

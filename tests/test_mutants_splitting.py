@@ -1,4 +1,4 @@
-"""msm_gpu.splitting against the paper's formulas and its own contract, at the edges the
+"""msm_gpu.solvers.splitting against the paper's formulas and its own contract, at the edges the
 other tests do not reach (written for the mutants that survived them; see
 benchmarks/mutation/SURVIVORS.md).
 
@@ -13,7 +13,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from msm_gpu.splitting import (
+from msm_gpu.solvers.splitting import (
     Splitting,
     convergence_delta,
     guarded_theta,

@@ -364,7 +364,8 @@ def test_float32_stays_float32():
 def test_inner_solves_skip_the_psd_tests_without_changing_the_answer(monkeypatch):
     # the model Hessians are PSD by construction: minimize's inner solves skip the symmetry
     # and Cholesky tests (solve(..., _known_psd=True)) and get the same answer
-    from msm_gpu import newton, validation
+    from msm_gpu._input import validation
+    from msm_gpu.glm import newton
 
     calls, inner = [], []
     real = validation.check_psd

@@ -11,7 +11,7 @@ import pytest
 import scipy.sparse as sp
 
 import msm_gpu as mg
-from msm_gpu.backends.cuda import cuda_unavailable_reason
+from msm_gpu.backends.cuda.backend import cuda_unavailable_reason
 
 REASON = cuda_unavailable_reason()
 pytestmark = [

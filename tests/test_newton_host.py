@@ -16,10 +16,10 @@ import pytest
 import scipy.sparse as sp
 
 import msm_gpu as mg
-from msm_gpu import newton
-from msm_gpu import newton_kernels as kernels
-from msm_gpu.newton_host import _design_by_columns
-from msm_gpu.penalty_rows import RowPenalty
+from msm_gpu.glm import kernels as kernels
+from msm_gpu.glm import newton
+from msm_gpu.glm.newton_host import _design_by_columns
+from msm_gpu.penalties.rows import RowPenalty
 
 
 def data(seed, m=120, n=25, density=None, r=None):

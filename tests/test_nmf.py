@@ -10,7 +10,7 @@ from sklearn.exceptions import NotFittedError
 
 from msm_gpu import backends
 from msm_gpu.apps import NMF, nmf
-from msm_gpu.apps import nmf_solvers as ns
+from msm_gpu.factorization import solvers as ns
 
 SOLVERS = ns.SOLVERS
 
@@ -323,7 +323,7 @@ def test_finish_of_the_msm_half_steps(monkeypatch):
     # "exact": every msm half-step ends at the exact NNLS solution of its (G, P), so the
     # factors after one outer iteration are bpp's from the MSM iterate; "auto" finishes
     # sparse Y only; None never; the other solvers ignore it
-    from msm_gpu.apps import nmf_solvers as ns
+    from msm_gpu.factorization import solvers as ns
 
     calls = []
     real = ns._active_set_finish
@@ -358,7 +358,7 @@ def test_finish_of_the_msm_half_steps(monkeypatch):
 def test_unfinished_active_set_columns_are_never_worse_than_the_msm_iterate(monkeypatch):
     # nnls_active_set may hand back a not-ok column worse than its start (a restart from
     # 0 after a singular start face); the half-step's finish then keeps the MSM iterate
-    import msm_gpu.nnls_columns as nc
+    import msm_gpu.solvers.nnls_columns as nc
 
     rng = np.random.default_rng(3)
     C = rng.random((20, 4))

@@ -8,9 +8,9 @@ import scipy.sparse as sp
 from sklearn.decomposition._nmf import _initialize_nmf
 
 from msm_gpu.apps import NMF, nmf
-from msm_gpu.apps import nmf_solvers as ns
-from msm_gpu.apps.nmf_extrapolation import Extrapolation
-from msm_gpu.apps.nmf_init import initialize, resolve_init
+from msm_gpu.factorization import solvers as ns
+from msm_gpu.factorization.extrapolation import Extrapolation
+from msm_gpu.factorization.init import initialize, resolve_init
 
 
 def objective(Y, W, H):

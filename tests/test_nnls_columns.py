@@ -9,8 +9,8 @@ import scipy.optimize
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from msm_gpu import nnls_columns
-from msm_gpu.nnls_columns import nnls_active_set
+from msm_gpu.solvers import nnls_columns
+from msm_gpu.solvers.nnls_columns import nnls_active_set
 
 
 def objective(g, p, x):

@@ -14,7 +14,7 @@ library's folded matrix), theta_abs, the row-by-row substitution, and every 1-D 
 (closed forms for Zero / NonNeg / Box / L1 / NonNegL1 / L0; for Lp a numerical
 minimisation: bounded Brent on the convex part of the 1-D objective, refined by Newton's
 method, compared with t = 0).  Nothing from ``msm_gpu`` is imported for the reference;
-``msm_gpu.splitting.make_splitting`` builds the object that ``CpuBackend.start`` expects
+``msm_gpu.solvers.splitting.make_splitting`` builds the object that ``CpuBackend.start`` expects
 (the library side only), and its ``b_diag`` / ``c_diag`` are checked against this file's
 B_jj and C_jj.
 
@@ -39,9 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 import msm_gpu as mg  # noqa: E402
-from msm_gpu.backends.cpu import CpuBackend  # noqa: E402
-from msm_gpu.backends.cuda import CudaSweepState  # noqa: E402
-from msm_gpu.splitting import make_splitting  # noqa: E402
+from msm_gpu.backends.cpu.backend import CpuBackend
+from msm_gpu.backends.cuda.backend import CudaSweepState
+from msm_gpu.solvers.splitting import make_splitting
 
 N, M = 37, 6  # 37 rows: panels of 16 leave a short last panel; sub-panels of 8 too
 THETA = 0.05

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import msm_gpu as mg
-from msm_gpu.backends.cpu_kernels import prox_scalar
+from msm_gpu.backends.cpu.kernels import prox_scalar
 from msm_gpu.penalties import COL_LAM, COL_LB, COL_P, COL_UB
 
 PENALTIES = [

@@ -15,10 +15,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cuda_emu.harness import build_emulator, compiler_unavailable_reason  # noqa: E402
 from cuda_emu.reference import PENALTIES, make_problem, numba_sweep  # noqa: E402
 
-from msm_gpu import penalties as pen  # noqa: E402
-from msm_gpu.backends.cpu import CpuBackend  # noqa: E402
-from msm_gpu.backends.cpu_kernels import prox_scalar  # noqa: E402
-from msm_gpu.backends.cuda import penalty_prelude  # noqa: E402
+from msm_gpu import penalties as pen
+from msm_gpu.backends.cpu.backend import CpuBackend
+from msm_gpu.backends.cpu.kernels import prox_scalar
+from msm_gpu.backends.cuda.backend import penalty_prelude
 
 UNKNOWN = max(pen.PENALTY_CODES.values()) + 1
 needs_cxx = pytest.mark.skipif(

@@ -21,8 +21,9 @@ from hypothesis import strategies as st
 from sklearn.linear_model import Lasso
 
 import msm_gpu as mg
-from msm_gpu import facesolve, finish
-from msm_gpu.pwl_active_set import pwl_active_set
+from msm_gpu.finish import face_solves as facesolve
+from msm_gpu.finish import run as finish
+from msm_gpu.solvers.pwl_active_set import pwl_active_set
 
 LAM = 5.0
 

@@ -18,7 +18,8 @@ import scipy.sparse as sp
 from conftest import objective, random_psd
 
 import msm_gpu as mg
-from msm_gpu import cli, problem
+from msm_gpu._input import problem
+from msm_gpu.demo import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -389,7 +390,7 @@ def test_never_converged_with_non_finite_values():
 def test_user_outcome_never_calls_a_non_finite_x_converged(dtype, bad):
     # the last test before the result: x in the user's units (here an entry the loop
     # would have refused, planted to reach the check), C- and Fortran-ordered and strided
-    from msm_gpu.loop import LoopOutcome
+    from msm_gpu.solvers.loop import LoopOutcome
 
     a = np.eye(3, dtype=dtype)
     prep = problem.prepare_solve(a, -np.ones((3, 4), dtype=dtype), mg.NonNeg(), None, "cpu")
@@ -555,7 +556,7 @@ def test_cupy_sparse_c_and_a_on_the_gpu(lsq):
 def test_power_of_two_rescaling_is_bit_exact(dtype):
     # scaling.ldexp multiplies by 2^e (faster than the ufunc): the same bits as np.ldexp,
     # subnormal and overflowing results included
-    from msm_gpu.scaling import ldexp
+    from msm_gpu._input.scaling import ldexp
 
     rng = np.random.default_rng(0)
     x = (rng.standard_normal(5000) * np.exp(rng.uniform(-40, 40, 5000))).astype(dtype)
@@ -573,8 +574,8 @@ def test_power_of_two_rescaling_is_bit_exact(dtype):
 def test_scaled_dense_copy_is_the_cast_then_the_power_of_two(source, dtype, order):
     # one pass (cast and scale) must give the bits of a cast copy times 2^e, in a new
     # array of the layout of x, x untouched
+    from msm_gpu._input.scaling import scaled_dense_copy
     from msm_gpu.backends import get_backend
-    from msm_gpu.scaling import scaled_dense_copy
 
     be = get_backend("cpu")
     rng = np.random.default_rng(1)
@@ -592,7 +593,7 @@ def test_scaled_dense_copy_is_the_cast_then_the_power_of_two(source, dtype, orde
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_one_pass_stats_of_d_match_numpy(rng, dtype):
-    from msm_gpu.input_stats import host_float_stats
+    from msm_gpu._input.stats import host_float_stats
 
     d = rng.normal(size=(40, 30)).astype(dtype) * 1e3
     for x in (d, d[::2, 3:], d.T, d[:, 0]):  # contiguous, strided, transposed, 1-D
@@ -620,7 +621,7 @@ def test_scalar_penalty_scaling_matches_the_numpy_path(penalty):
     # errors of its NumPy path (taken here with one-row arrays), extreme exponents included
     import copy
 
-    from msm_gpu.scaling import scaled_penalty
+    from msm_gpu._input.scaling import scaled_penalty
 
     as_rows = copy.copy(penalty)
     for name in ("lam", "lb", "ub"):

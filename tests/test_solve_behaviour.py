@@ -262,7 +262,7 @@ def test_bad_input_is_refused_with_a_clear_error(problem, make, exc, match):
 def test_mixed_column_convergence_is_reported_per_column(rng, method):
     # column 0 starts at its solution (it converges at once), columns 1 and 2 start far
     # away and get 3 iterations: the flags must differ, and converged is their "all"
-    from msm_gpu.study import solve_with
+    from msm_gpu.demo.study import solve_with
 
     a = random_psd(rng, 12)
     x_star = np.abs(rng.normal(size=(12, 3)))
@@ -294,7 +294,7 @@ def test_mixed_kkt_convergence_with_the_finish(rng):
 @pytest.mark.parametrize("method", ["msm", "pgm", "apg_ls"])
 def test_time_limit_is_reached_not_undercut(rng, method):
     # the run must go on until time_limit has passed (not stop after one sweep), and then stop
-    from msm_gpu.study import solve_with
+    from msm_gpu.demo.study import solve_with
 
     a = random_psd(rng, 30)
     r = rng.normal(size=(30, 4))

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from msm_gpu import cli, study
+from msm_gpu.demo import cli, study
 
 
 @pytest.fixture(scope="module")

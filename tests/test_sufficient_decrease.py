@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import msm_gpu as mg
-from msm_gpu.splitting import convergence_delta
+from msm_gpu.solvers.splitting import convergence_delta
 
 CONVEX = [
     mg.Zero(),

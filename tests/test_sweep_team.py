@@ -1,4 +1,4 @@
-"""The spinning team of the CPU sweep (msm_gpu.backends.sweep_team): every column range
+"""The spinning team of the CPU sweep (msm_gpu.backends.cpu.sweep_team): every column range
 swept exactly once per sweep, by whichever thread takes it; pool threads that stop
 spinning on their own, on close, or never come; the state's use of it."""
 
@@ -11,12 +11,14 @@ import numpy as np
 import pytest
 
 import msm_gpu as mg
-from msm_gpu.backends import cpu as cpu_backend
-from msm_gpu.backends import cpu_kernels, cpu_tiles, sweep_team
 from msm_gpu.backends.base import default_panel
-from msm_gpu.backends.cpu import CpuBackend
-from msm_gpu.backends.threads import _pool
-from msm_gpu.splitting import make_splitting
+from msm_gpu.backends.cpu import backend as cpu_backend
+from msm_gpu.backends.cpu import kernels as cpu_kernels
+from msm_gpu.backends.cpu import sweep_team
+from msm_gpu.backends.cpu import tiles as cpu_tiles
+from msm_gpu.backends.cpu.backend import CpuBackend
+from msm_gpu.backends.cpu.threads import _pool
+from msm_gpu.solvers.splitting import make_splitting
 
 pytestmark = pytest.mark.skipif(
     not sweep_team.SPIN_SUPPORTED, reason="the spinning team is x86-64 only"
@@ -285,7 +287,7 @@ def test_solve_closes_its_teams_and_matches_the_sleeping_pool(monkeypatch):
 
 @pytest.mark.parametrize("value, on", [("0", False), ("1", True)])
 def test_environment_variable_turns_the_team_off(value, on):
-    code = "from msm_gpu.backends import cpu; print(cpu.USE_TEAM)"
+    code = "from msm_gpu.backends.cpu import backend as cpu; print(cpu.USE_TEAM)"
     env = {"MSM_GPU_SPIN": value, "PATH": ""}
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True

@@ -46,11 +46,11 @@ import numpy as np
 import pytest
 
 import msm_gpu as mg
-from msm_gpu.backends.cpu import CpuBackend
-from msm_gpu.backends.cpu_kernels import prox_scalar
-from msm_gpu.backends.cuda import CudaSweepState
+from msm_gpu.backends.cpu.backend import CpuBackend
+from msm_gpu.backends.cpu.kernels import prox_scalar
+from msm_gpu.backends.cuda.backend import CudaSweepState
 from msm_gpu.penalties import CODE_L0, CODE_LP
-from msm_gpu.splitting import make_splitting
+from msm_gpu.solvers.splitting import make_splitting
 
 DTYPES = [np.float64, np.float32]
 IMPLEMENTATIONS = ["reference", "numba", "device"]

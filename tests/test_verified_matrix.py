@@ -9,7 +9,7 @@ import pytest
 from conftest import random_psd
 
 import msm_gpu as mg
-from msm_gpu import problem, validation
+from msm_gpu._input import problem, validation
 
 
 @pytest.fixture(autouse=True)

@@ -19,8 +19,8 @@ import warnings
 
 import numpy as np
 
-from .. import validation as v
-from ..backends.threads import blas_controller
+from .._input import validation as v
+from ..backends.cpu.threads import blas_controller
 from .dictionaries import (
     check_image,
     extract_patches,

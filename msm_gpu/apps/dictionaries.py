@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from ..validation import check_int
+from .._input.validation import check_int
 
 __all__ = [
     "check_image",

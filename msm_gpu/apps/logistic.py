@@ -20,8 +20,8 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
 from ..arrays import is_cupy, module_of, to_host
-from ..losses import Logistic
-from ..newton import HESSIANS, minimize
+from ..glm.losses import Logistic
+from ..glm.newton import HESSIANS, minimize
 from ..penalties import L0, L1, Lp, Penalty, Zero
 
 PENALTIES = ("l1", "l0", "lp", "none")

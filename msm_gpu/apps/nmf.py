@@ -3,7 +3,7 @@
     min_{W >= 0, H >= 0}  1/2 ||Y - W H||_F^2        Y: m x d,  W: m x k,  H: k x d
 
 One outer iteration is an H-step then a W-step, each a batched NNLS
-(:mod:`msm_gpu.apps.nmf_solvers`):
+(:mod:`msm_gpu.factorization.solvers`):
 
     H-step:  G = W'W (k x k), P = W'Y (k x d), solve for H    (one problem per column of Y)
     W-step:  G = HH' (k x k), P = HY' (k x m), solve for W'   (one problem per row of Y)
@@ -12,7 +12,7 @@ The Gram products cost O(m d k) (O(nnz(Y) k) for sparse Y) and are formed once p
 half-step; one sweep costs O(k^2 c).  When k is small several sweeps per half-step are
 nearly free, so the inner budget follows Gillis & Glineur (2012): at most
 ``1 + alpha rho`` sweeps, now ONE budget for both half-steps
-(:func:`~msm_gpu.apps.nmf_solvers.balanced_inner_iter`), stopping early once a sweep
+(:func:`~msm_gpu.factorization.solvers.balanced_inner_iter`), stopping early once a sweep
 moves X by less than ``inner_tol`` (0.1) times the first sweep's move.
 
 Why MSM-NMF used to settle above bpp and scikit-learn cd on digits (k = 20, issue 11),
@@ -25,7 +25,7 @@ and the fix (evidence: ``benchmarks/bench_nmf.py --target``):
   reached 170011.  Which stationary point a run reaches depends on the schedule and the
   start (bpp itself settled above cd on seeds 1 and 2), so the budget is now balanced.
 * Extrapolation between outer iterations (Ang & Gillis 2019,
-  :mod:`~msm_gpu.apps.nmf_extrapolation`) cut the iterations to cd's 200-iteration value
+  :mod:`~msm_gpu.factorization.extrapolation`) cut the iterations to cd's 200-iteration value
   on digits and china.jpg by 2-5x; it is on by default for "msm" and "hals".
 * theta is relative to mean(diag G) (it was absolute: negligible against W'W on pixel data,
   dominant on data scaled to 1e-3); omega = 1.
@@ -62,14 +62,14 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from .. import validation as v
+from .._input import validation as v
 from ..arrays import is_cupy, module_of, namespace
 from ..backends import get_backend
-from ..distributed import is_dask_array
-from ..finish import check_finish
-from . import nmf_init
-from . import nmf_solvers as ns
-from .nmf_extrapolation import Extrapolation
+from ..dask.solve import is_dask_array
+from ..factorization import init as nmf_init
+from ..factorization import solvers as ns
+from ..factorization.extrapolation import Extrapolation
+from ..finish.run import check_finish
 
 #: Solvers that extrapolate between outer iterations with ``extrapolation="auto"``.
 EXTRAPOLATED_SOLVERS = ("msm", "hals")
@@ -408,7 +408,7 @@ class NMF(TransformerMixin, BaseEstimator):
     n_components : int or None
         k.  None: d (as scikit-learn).  k > min(m, d) is allowed with a warning.
     solver : {"msm", "hals", "pg", "apg", "bpp", "cgd"}
-        NNLS solver of each half-step (:mod:`msm_gpu.apps.nmf_solvers`).  "msm" and
+        NNLS solver of each half-step (:mod:`msm_gpu.factorization.solvers`).  "msm" and
         "hals" (MSM with omega=1, theta=0), "pg" and "apg" run on the CPU and on CUDA;
         "bpp" and "cgd" on the CPU only.
     omega : float in (0, 2)
@@ -420,7 +420,7 @@ class NMF(TransformerMixin, BaseEstimator):
         behind it).
     inner_iter : "auto" or int
         Most inner iterations per half-step; "auto" = Gillis & Glineur's
-        ``1 + 0.5 rho`` (see :func:`~msm_gpu.apps.nmf_solvers.auto_inner_iter`).
+        ``1 + 0.5 rho`` (see :func:`~msm_gpu.factorization.solvers.auto_inner_iter`).
         Ignored by "bpp", which solves each half-step exactly.
     inner_tol : float >= 0
         Stop the inner iterations once one moves the iterate by at most ``inner_tol``
@@ -435,18 +435,18 @@ class NMF(TransformerMixin, BaseEstimator):
     init : {None, "random", "nndsvd", "nndsvda", "nndsvdar", "custom"}
         scikit-learn's inits and default rule (None: "nndsvda" if k <= min(m, d), else
         "random"); for an int seed the factors equal scikit-learn's
-        (:mod:`msm_gpu.apps.nmf_init`).  "custom": pass ``W`` and ``H`` to
+        (:mod:`msm_gpu.factorization.init`).  "custom": pass ``W`` and ``H`` to
         ``fit``/``fit_transform``.
     beta_loss : "frobenius" (or 2)
         Accepted for scikit-learn compatibility; any other loss is refused.
     extrapolation : "auto", True or False
         Extrapolate between outer iterations (Ang and Gillis 2019,
-        :mod:`msm_gpu.apps.nmf_extrapolation`); "auto": for "msm" and "hals".  The
+        :mod:`msm_gpu.factorization.extrapolation`); "auto": for "msm" and "hals".  The
         objective history is then not monotone (restarts) and the best pair is returned.
     finish : "auto", "exact" or None
         "exact": on the CPU, each "msm" half-step ends with the exact NNLS solve from the
-        MSM iterate (Lawson & Hanson's active set, :mod:`msm_gpu.nnls_columns`; k <=
-        ``msm_gpu.finish.ACTIVE_SET_MAX_N``).  "auto" (default): so for sparse Y, not for
+        MSM iterate (Lawson & Hanson's active set, :mod:`msm_gpu.solvers.nnls_columns`; k <=
+        ``msm_gpu.finish.run.ACTIVE_SET_MAX_N``).  "auto" (default): so for sparse Y, not for
         dense Y (see ``finish_half_steps`` for the measurements).  None: the paper's plain MSM
         half-steps.  Ignored by the other solvers and on the GPU.
     random_state : None, int, numpy RandomState or Generator
@@ -533,10 +533,10 @@ class NMF(TransformerMixin, BaseEstimator):
             Starting factors for ``init="custom"``.
 
         A ``dask.array`` Y is factorised block by block and W / ``components_`` are
-        then dask arrays (:mod:`msm_gpu.apps.nmf_dask`).
+        then dask arrays (:mod:`msm_gpu.dask.nmf`).
         """
         if is_dask_array(Y):  # -- dask hook (msm_gpu/apps/nmf_dask.py) --
-            from . import nmf_dask
+            from ..dask import nmf as nmf_dask
 
             return nmf_dask.fit_transform(self, Y, W=W, H=H)
         params = self.get_params()
@@ -570,7 +570,7 @@ class NMF(TransformerMixin, BaseEstimator):
         ``max(max_iter, 2000)`` inner iterations and inner_tol 1e-9, from zero.
         """
         if is_dask_array(Y):  # -- dask hook (msm_gpu/apps/nmf_dask.py) --
-            from . import nmf_dask
+            from ..dask import nmf as nmf_dask
 
             return nmf_dask.transform(self, Y)
         self._check_fitted()

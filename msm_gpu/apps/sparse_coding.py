@@ -26,8 +26,8 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from .. import validation as v
-from ..api import solve
+from .._api import solve
+from .._input import validation as v
 from ..options import METHODS
 from ..penalties import L0
 from ..result import SolveResult
@@ -207,7 +207,7 @@ def l0_sweeps(gram, r, h0, lam, n_sweeps, *, omega=1.0, theta=0.01, backend="cpu
     theorem).
 
     On the CPU the sweeps run column by column on the sparse iterate
-    (:func:`msm_gpu.backends.cpu_kernels.l0_sparse_sweeps`: the same iterates as the
+    (:func:`msm_gpu.backends.cpu.kernels.l0_sparse_sweeps`: the same iterates as the
     dense blocked sweep up to rounding, at O(k) instead of O(k^2) per column and sweep
     while the codes have few atoms; camera's 14641 patches, 256 atoms, 5 sweeps: 0.03 s
     on one thread instead of 0.2 s on two).  On CUDA they run on the backend's sweep state.
@@ -218,7 +218,7 @@ def l0_sweeps(gram, r, h0, lam, n_sweeps, *, omega=1.0, theta=0.01, backend="cpu
     """
     from ..backends import get_backend
     from ..backends.base import default_panel
-    from ..splitting import make_splitting
+    from ..solvers.splitting import make_splitting
 
     be = get_backend(backend, r)
     k = gram.shape[0]
@@ -248,9 +248,9 @@ SPARSE_SWEEP_FLOPS_PER_ENTRY = 8.0
 
 
 def _l0_sparse_sweeps_cpu(gram, r, h0, lam, n_sweeps, b_diag):
-    from ..backends.cpu import plan
-    from ..backends.cpu_kernels import l0_sparse_sweeps
-    from ..backends.threads import run_ranges, thread_cap
+    from ..backends.cpu.backend import plan
+    from ..backends.cpu.kernels import l0_sparse_sweeps
+    from ..backends.cpu.threads import run_ranges, thread_cap
 
     a = np.ascontiguousarray(gram, dtype=np.float64)
     rr = np.ascontiguousarray(r, dtype=np.float64)

@@ -19,7 +19,7 @@ class BackendUnavailableError(RuntimeError):
 
 def cuda_unavailable_reason() -> str | None:
     """Why CUDA cannot be used here (CuPy missing, no driver, no device), or None."""
-    from .cuda import cuda_unavailable_reason as reason
+    from .cuda.backend import cuda_unavailable_reason as reason
 
     return reason()
 
@@ -45,14 +45,14 @@ def get_backend(name, *arrays) -> Backend:
     if key == "auto":
         key = "cuda" if any(is_cupy(a) for a in arrays if a is not None) else "cpu"
     if key == "cpu":
-        from .cpu import CpuBackend
+        from .cpu.backend import CpuBackend
 
         return CpuBackend()
     if key == "cuda":
         reason = cuda_unavailable_reason()
         if reason is not None:
             raise BackendUnavailableError(f"backend='cuda' cannot run here: {reason}")
-        from .cuda import CudaBackend
+        from .cuda.backend import CudaBackend
 
         return CudaBackend()
     raise ValueError(f"backend must be one of 'cpu', 'cuda', 'auto', got {name!r}")

@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-from .jit import njit
+from .cpu.jit import njit
 
 #: Rows of the per-column statistics returned by :meth:`SweepState.sweep`.
 STAT_QUAD, STAT_HZ, STAT_DIFF2, STAT_XNORM2 = 0, 1, 2, 3

@@ -2,7 +2,7 @@
 
 The kernel file is compiled unchanged by g++ together with ``cuda_emu.hpp`` into a shared
 library (in a directory the caller chooses, never the repository), loaded with ctypes.
-:class:`EmulatedKernels` is a *launcher* for ``msm_gpu.backends.cuda.CudaSweepState``:
+:class:`EmulatedKernels` is a *launcher* for ``msm_gpu.backends.cuda.backend.CudaSweepState``:
 called with the same ``(geometry, PanelArgs)`` as the CuPy launcher, on NumPy arrays.
 """
 
@@ -51,7 +51,7 @@ def build_emulator(build_dir, kernel_file=None, name="libmsm_emu.so", prelude=No
     -------
     EmulatedKernels
     """
-    from msm_gpu.backends.cuda import penalty_prelude
+    from msm_gpu.backends.cuda.backend import penalty_prelude
 
     kernel_file = Path(kernel_file or KERNEL_DIR / "msm_sweep.cu").resolve()
     out = Path(build_dir) / name
@@ -156,8 +156,8 @@ class EmulatedKernels:
         return z, hz
 
     def __call__(self, geometry, args):
-        from msm_gpu.backends.cuda import FusedArgs
-        from msm_gpu.backends.cuda_geometry import ROW_BLOCK
+        from msm_gpu.backends.cuda.backend import FusedArgs
+        from msm_gpu.backends.cuda.geometry import ROW_BLOCK
 
         dtype = np.float64 if geometry.kernel.endswith("f64") else np.float32
         n, ld, k = args.n, args.ld, args.ncols

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from msm_gpu import penalties as pen
-from msm_gpu.backends import cpu_kernels
 from msm_gpu.backends.base import fold_matrix
-from msm_gpu.splitting import make_splitting
+from msm_gpu.backends.cpu import kernels as cpu_kernels
+from msm_gpu.solvers.splitting import make_splitting
 
 #: name -> factory(n, rng); every penalty code and its variants.
 PENALTIES = {

@@ -1,0 +1,372 @@
+"""Public entry points: validate -> pick backend -> driver -> result."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ._input import validation as v
+from ._input.problem import gram_problem, prepare_design, prepare_solve, user_outcome
+from .arrays import aligned_empty, is_sparse, to_host
+from .dask import solve as distributed
+from .finish.design_form import (
+    check_representation,
+    choose_representation,
+    design_applies,
+    solve_design,
+)
+from .finish.run import run_msm_finished
+from .options import SolveOptions
+from .penalties import NonNeg, Zero
+from .result import SolveResult
+from .solvers import ProxGradMethod
+from .solvers.loop import run_iterations
+from .solvers.msm import MsmMethod
+from .solvers.splitting import make_splitting, relative_theta
+
+_DEFAULTS = SolveOptions()
+
+
+def solve(
+    A,
+    R,
+    penalty=None,
+    *,
+    omega=_DEFAULTS.omega,
+    theta=_DEFAULTS.theta,
+    x0=None,
+    tol=_DEFAULTS.tol,
+    max_iter=_DEFAULTS.max_iter,
+    time_limit=_DEFAULTS.time_limit,
+    backend="auto",
+    record_objective=_DEFAULTS.record_objective,
+    callback=_DEFAULTS.callback,
+    panel=_DEFAULTS.panel,
+    check_convergence=_DEFAULTS.check_convergence,
+    method=_DEFAULTS.method,
+    verbose=_DEFAULTS.verbose,
+    finish=_DEFAULTS.finish,
+    threads=_DEFAULTS.threads,
+    _known_psd=False,
+) -> SolveResult:
+    """Minimise F(X) = 1/2 tr(X'AX) + tr(X'R) + sum_ij h(X_ij) by the Matrix Splitting Method.
+
+    Each column of X is an independent problem; all columns are swept together.
+
+    Parameters
+    ----------
+    A : (n, n) array_like or sparse matrix
+        Symmetric positive semidefinite.  NumPy or CuPy arrays, anything NumPy converts
+        (lists, tuples, memoryviews, ``np.matrix``; integers become float64), or a
+        SciPy/CuPy sparse matrix (made dense: MSM sweeps a dense A; refused above
+        ``problem.DENSE_LIMIT_BYTES``).  For n <= 1000 A is tested up front (Cholesky of
+        A + eps I after diagonal scaling) and an indefinite A is a ValueError; for larger
+        n, or with ``check_convergence=False``, a run whose iterate or objective stops
+        being finite (what an indefinite A does: F -> -inf) stops with
+        ``converged=False`` and a message saying so.
+    R : (n,) or (n, r) array_like
+        Linear term: one problem, or r problems (one per column).  Sparse R is made
+        dense.
+    penalty : Penalty, optional
+        Separable h: ``Zero()`` (default; MSM is then Gauss-Seidel/SOR for AX = -R),
+        ``NonNeg()``, ``Box(lb, ub)``, ``L1(lam)``, ``NonNegL1(lam)``, ``L0(lam, lb, ub)``
+        or ``Lp(lam, p)``.
+    omega : float in (0, 2)
+        Relaxation parameter (paper, eq. (4)); 1 is Gauss-Seidel.
+    theta : float >= 0
+        Proximal term of B, **relative to the scale of A**: B = L + (D + theta_abs I) /
+        omega with theta_abs = theta * mean(diag A) (``result.info["theta_abs"]``).  So
+        (s A, s R) gives the iterates of (A, R) for every s > 0; for unit-diagonal A
+        theta_abs = theta.  Needed (> 0) when A has zero diagonal entries.
+    x0 : array like R, optional
+        Starting point (zeros by default).  Never modified.
+    tol : float >= 0
+        A column c stops when ||x_{k+1} - x_k|| <= tol * max(||x_k||, ||r_c|| / tr(A))
+        (``||x0_c||`` in place of the floor where r_c = 0), a relative rule: scaling A, R
+        or x changes nothing.  The column is then no longer swept.  ``tol=0`` runs
+        exactly ``max_iter`` iterations (of the paper's plain MSM unless
+        ``finish="exact"``).
+    max_iter : int >= 0
+    time_limit : float, optional
+        Stop after this many seconds (checked after every iteration).
+    backend : {"auto", "cpu", "cuda"}
+        "auto": CUDA for CuPy input, CPU otherwise.  NumPy in -> NumPy out, CuPy in ->
+        CuPy out, whatever backend runs.
+    record_objective : bool
+        Keep F after every iteration in ``result.objective`` (costs O(n r) per
+        iteration, no extra product with A).
+    callback : callable, optional
+        ``callback(info)`` after each iteration with an :class:`IterationInfo`
+        (x, fun, n_iter, n_active); returning True or raising StopIteration stops.
+    panel : int, optional
+        Rows per panel of the BLAS-blocked sweep (default chosen from n).  Changes only
+        the rounding of the result, not the iterates.  Not used where the CPU sweeps in
+        register tiles (AVX-512 hosts, 32 <= n <= 512: panels of 8 rows).
+    check_convergence : bool
+        Refuse (omega, theta) for which the paper's theorem does not guarantee
+        convergence (delta <= 0, see ``splitting.convergence_delta``), and an A that
+        fails the positive-semidefiniteness test (n <= 1000).
+    method : {"msm", "pgm", "pgm_ls", "apg", "apg_ls"}
+        "msm" (default) or one of the paper's comparators (``msm_gpu.solvers``):
+        proximal gradient with constant step 1/L or backtracking line search, and
+        FISTA with constant step or backtracking.  omega, theta, panel and
+        check_convergence only apply to MSM.  FISTA ("apg", "apg_ls") is not monotone
+        and has no convergence guarantee for the nonconvex L0/Lp; it is kept as the
+        paper's comparator.
+    verbose : bool
+        Show a tqdm progress bar (iterations, objective, active columns).
+    finish : {"auto", "exact", None}
+        Solve exactly on the face the MSM sweeps found (``msm_gpu/finish.py``): on the CPU
+        with n <= 1024 an active set per column (no sweeps first where x = 0 is a vertex
+        of h); above, or on a GPU, factorised faces, or under "auto" conjugate gradients
+        for n > 1024 (n > 128 on a GPU).  "auto" is skipped for ``tol=0`` (a fixed number
+        of plain MSM iterations), "exact" is not; None is the paper's plain MSM.  With a
+        finish and a convex penalty, ``converged`` means a relative KKT residual <=
+        ``tol`` in every column (``info["kkt_residual"]``); a column the finish cannot
+        settle gets plain MSM's answer where it is better, so the default is never worse
+        than None.  For L0/Lp the finish is a support polish, kept per column only where
+        it does not increase F.  MSM only (ignored by the baselines).
+    threads : int >= 1, optional
+        Most CPU threads an MSM sweep may use.  Default: chosen from the work (one thread
+        for small problems), at most the CPUs available, ``NUMBA_NUM_THREADS`` and
+        ``OMP_NUM_THREADS``.  Ignored by the CUDA backend.
+    _known_psd : bool
+        Internal (proximal Newton's model Hessians X' diag(w) X): A is symmetric PSD by
+        construction, so the symmetry and PSD tests are skipped.  Not for users: a wrong
+        claim gives wrong answers.
+
+    Returns
+    -------
+    SolveResult
+        ``converged`` is never True with a non-finite ``x`` or ``fun``.
+
+    Notes
+    -----
+    The data are rescaled by powers of two (exact) before the sweeps, so that A, R and
+    x are of order one inside (``msm_gpu/scaling.py``): data from 1e-150 to 1e150 give
+    the same x (and F scaled accordingly).  A solution or objective whose scale is
+    outside the dtype's range is a ValueError naming the scale.
+
+    Examples
+    --------
+    >>> import numpy as np, msm_gpu as mg
+    >>> A = np.array([[2.0, 1.0], [1.0, 2.0]]); R = np.array([-1.0, 1.0])
+    >>> res = mg.solve(A, R, mg.NonNeg())
+    >>> np.round(res.x, 6)
+    array([0.5, 0. ])
+    """
+    # -- dask hook: a dask R is solved block by block (msm_gpu/distributed.py) --
+    if distributed.any_dask(A, R, x0):
+        return distributed.solve(**locals())
+    started = time.perf_counter()
+    penalty = Zero() if penalty is None else v.check_penalty(penalty)
+    options = SolveOptions(
+        omega=omega,
+        theta=theta,
+        tol=tol,
+        max_iter=max_iter,
+        time_limit=time_limit,
+        record_objective=record_objective,
+        callback=callback,
+        panel=panel,
+        check_convergence=check_convergence,
+        method=method,
+        verbose=verbose,
+        finish=finish,
+        threads=threads,
+    )
+    problem = prepare_solve(
+        A,
+        R,
+        penalty,
+        x0,
+        backend,
+        check_psd=bool(check_convergence),
+        any_size=finish is not None and method == "msm" and penalty.is_convex,
+        known_psd=_known_psd,
+    )
+    return _solve_on_backend(problem, started, options)
+
+
+def _solve_on_backend(problem, started, options):
+    """Run the chosen method on a prepared (rescaled) problem through the loop."""
+    be, a, r, penalty = problem.backend, problem.a, problem.r, problem.penalty
+    opts = options.checked(a.shape[0])
+    if problem.x0 is not None:
+        x_init = problem.x0
+    elif be.on_host:  # aligned for the sweep's vector loads (arrays.HOST_ALIGN)
+        x_init = aligned_empty(r.shape, r.dtype)
+        x_init[...] = 0
+    else:
+        x_init = be.xp.zeros_like(r)
+
+    loop_options = {
+        "tol": opts.tol,
+        "max_iter": opts.max_iter,
+        "time_limit": opts.time_limit,
+        "record_objective": opts.record_objective,
+        "callback": opts.callback,
+        "to_user": problem.to_user,
+        "start_time": started,
+        "x_floor": problem.x_floor,
+        "verbose": opts.verbose,
+        "objective_to_user": problem.scaling.fun_to_user,
+    }
+    n_cols = r.shape[1]
+    if opts.method != "msm":
+        stepper = ProxGradMethod(opts.method, be, a, r, x_init, penalty)
+        out = run_iterations(stepper, n_cols=n_cols, **loop_options)
+    else:
+        diag_a = np.asarray(to_host(be.xp.diagonal(a)), dtype=np.float64)
+        splitting = make_splitting(
+            diag_a,
+            opts.omega,
+            relative_theta(diag_a, opts.theta),
+            penalty.is_convex,
+            check=opts.check_convergence,
+        )
+        if not opts.finishes:  # the paper's plain MSM
+            # x_init is a fresh array (scaled x0 or zeros) that nothing reads afterwards
+            stepper = MsmMethod(
+                be,
+                a,
+                r,
+                x_init,
+                penalty,
+                splitting,
+                opts.panel,
+                threads=opts.threads,
+                x0_owned=True,
+            )
+            out = run_iterations(stepper, n_cols=n_cols, **loop_options)
+        else:  # sweeps find the face, an exact solve on it finishes (finish.py)
+            out = run_msm_finished(
+                be,
+                a,
+                r,
+                x_init,
+                penalty,
+                splitting,
+                finish=opts.finish,
+                panel=opts.panel,
+                psd_known=problem.psd_known,
+                fine=problem.fine,
+                design=problem.design,
+                threads=opts.threads,
+                **loop_options,
+            )
+    user = user_outcome(problem, out)
+    if opts.method == "msm":
+        user["info"]["theta"] = opts.theta
+        user["info"]["theta_abs"] = problem.scaling.curvature_to_user(splitting.theta)
+    return SolveResult(
+        x=user["x"],
+        fun=user["fun"],
+        n_iter=out.n_iter,
+        converged=bool(user["converged_columns"].all()),
+        message=user["message"],
+        objective=user["objective"],
+        backend=be.name,
+        time=time.perf_counter() - started,
+        method=opts.method,
+        converged_columns=user["converged_columns"],
+        n_iter_columns=out.n_iter_columns,
+        timings=out.timings,
+        info=user["info"],
+    )
+
+
+def least_squares(
+    C, D, penalty=None, *, x0=None, backend="auto", representation="auto", **options
+) -> SolveResult:
+    """Minimise 1/2 ||C X - D||_F^2 + sum_ij h(X_ij) by MSM (A = C'C, R = -C'D).
+
+    Parameters
+    ----------
+    C : (m, n) array_like or sparse matrix
+        Sparse C stays sparse: A = C'C is formed by a sparse product and made dense
+        (refused when n x n is above ``problem.DENSE_LIMIT_BYTES``).
+    D : (m,) or (m, r) array_like or sparse matrix
+        One right-hand side or r of them (one problem per column).
+    penalty : Penalty, optional
+        Default ``Zero()`` (plain least squares).
+    x0, backend, **options
+        As in :func:`solve`.
+    representation : {"auto", "gram", "design"}
+        How the quadratic is held (``msm_gpu/design_solve.py``): "gram" forms A = C'C and
+        R = -C'D (n x n) once; "design" keeps C (dense or sparse) and each column's
+        residual C x - d, forming nothing n x n (the exact finish's active set from x0,
+        on the CPU, convex penalties, no callback or progress bar).  "auto" (default):
+        the design form for a wide C (n > m), a sparse C with n > 2048 columns, or few
+        right-hand sides (16 r < n), where it applies.  Reported in
+        ``res.info["representation"]``.
+
+    Returns
+    -------
+    SolveResult
+        ``fun`` and ``objective`` are the least-squares objective, the constant
+        1/2 ||D||^2 included.  (s C, s D) gives the x of (C, D) for every s > 0 (with
+        lam scaled by s^2 for L1/L0/Lp); where 1/2 ||D||^2 overflows float64 a ValueError
+        names D.
+
+    Examples
+    --------
+    An l1-regularised fit whose solution is known in closed form (orthonormal columns:
+    soft thresholding of C'd at lam):
+
+    >>> import numpy as np, msm_gpu as mg
+    >>> C = np.eye(3); d = np.array([2.0, -0.3, -1.0])
+    >>> np.round(mg.least_squares(C, d, mg.L1(0.5)).x, 6)
+    array([ 1.5,  0. , -0.5])
+    >>> mg.least_squares(C, d, mg.L0(0.4)).x  # hard thresholding at sqrt(2 lam) = 0.89
+    array([ 2.,  0., -1.])
+    """
+    # -- dask hook: a dask D is solved block by block (msm_gpu/distributed.py) --
+    if distributed.any_dask(C, D, x0):
+        return distributed.least_squares(C, D, penalty, x0=x0, backend=backend, **options)
+    started = time.perf_counter()
+    penalty = Zero() if penalty is None else v.check_penalty(penalty)
+    user_options = options
+    options = SolveOptions.from_keywords(**options)
+    check_representation(representation)
+    base = prepare_design(C, D, penalty, x0, backend)
+    c = base.design.c
+    n_rhs = base.design.d.shape[1] if len(base.design.d.shape) == 2 else 1
+    why_not = design_applies(options, penalty, base.backend.on_host)
+    form = choose_representation(representation, c.shape, is_sparse(c), n_rhs, why_not)
+    if form == "design":
+
+        def gram_fallback(cols, x0_cols):
+            d_cols = D if len(D.shape) == 1 else D[:, cols]
+            return least_squares(
+                C,
+                d_cols,
+                penalty,
+                x0=x0_cols,
+                backend=backend,
+                representation="gram",
+                **user_options,
+            )
+
+        return solve_design(base, options, started, gram_fallback)
+    problem = gram_problem(base, penalty, fine_gram=options.finishes)
+    result = _solve_on_backend(problem, started, options)
+    result.info["representation"] = "gram"
+    return result
+
+
+def nnls(C, D, **kwargs) -> SolveResult:
+    """Nonnegative least squares min_{X >= 0} 1/2 ||C X - D||_F^2 by MSM.
+
+    Same as ``least_squares(C, D, NonNeg(), **kwargs)``; D may hold r right-hand sides
+    as columns, solved together.  Keywords as in :func:`solve`.
+
+    Examples
+    --------
+    >>> import numpy as np, msm_gpu as mg
+    >>> C = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]); d = np.array([1.0, -1.0, 0.0])
+    >>> np.round(mg.nnls(C, d).x, 6)
+    array([0.5, 0. ])
+    """
+    return least_squares(C, D, NonNeg(), **kwargs)

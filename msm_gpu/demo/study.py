@@ -1,0 +1,514 @@
+"""The paper's convergence study (Figure 1) and the batched-NNLS demo, as functions.
+
+Figure 1: C in R^{m x n}, d in R^m with entries uniform on (0, 1); minimise
+1/2 ||C x - d||^2 + h(x) for (a) h = indicator(x >= 0) (NNLS) and (b) h = lam ||x||_0,
+with MSM (omega = 1, theta = 0.01, the paper's choice), PGM, PGM + line search, APG and
+APG + line search, all from x_0 = 0, all for the same number of iterations (``tol=0``).
+
+How time is measured: wall clock (``time.perf_counter``) from just before the call to
+``solve`` to each iteration's callback, so it includes each method's setup (validation,
+the Lanczos estimate of L for the baselines, the splitting for MSM) and the small
+per-iteration cost of building the callback's view of X (the same for every method).
+The time of F(x_0) is the method's reported setup time.  Before the timed runs every
+method is run once for two iterations (Numba compilation, imports, BLAS warm-up).
+
+Batched NNLS (the demo's headline): ``mg.nnls(C, D)`` on all r columns of D in one call
+against ``scipy.optimize.nnls`` looped over the columns; one tiny call first compiles the
+kernels (timed and reported apart), then each side is timed as the best of
+:data:`REPEATS` runs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from ..options import METHODS
+
+LABELS = {
+    "msm": "MSM",
+    "pgm": "PGM",
+    "pgm_ls": "PGM+LS",
+    "apg": "APG",
+    "apg_ls": "APG+LS",
+}
+#: Iteration counts shown in the table.
+CHECKPOINTS = (1, 5, 10, 20, 50, 100)
+#: "Within tolerance of the best": F_k - F_best <= REL_TOL * max(1, |F_best|).
+REL_TOL = 1e-6
+PROBLEMS = ("nnls", "l0")
+TITLES = {"nnls": "(a) nonnegative least squares", "l0": "(b) l0-regularised least squares"}
+
+
+def figure1_data(size=(200, 1000), seed=0):
+    """C (m x n) and d (m,) with entries uniform on (0, 1), from ``default_rng(seed)``."""
+    m, n = size
+    rng = np.random.default_rng(seed)
+    return rng.uniform(size=(m, n)), rng.uniform(size=m)
+
+
+def solve_with(method, A, R, penalty, **options):
+    """``msm_gpu.solve(A, R, penalty, method=method, **options)``."""
+    import msm_gpu as mg
+
+    if method == "msm":
+        options.setdefault("finish", None)  # the paper's MSM, without the exact finish
+    return mg.solve(A, R, penalty, method=method, **options)
+
+
+def run_method(method, A, R, penalty, *, iters, backend="cpu", constant=0.0):
+    """Run ``method`` for exactly ``iters`` iterations from 0; objective and time per iteration.
+
+    Returns a dict: ``objective`` (F(x_0), ..., F(x_iters), constant added), ``time``
+    (seconds, see the module docstring), ``result`` (the SolveResult).
+    """
+    stamps = []
+
+    def clock(_info):
+        if backend == "cuda":  # time finished work, not queued kernels
+            import cupy
+
+            cupy.cuda.Device().synchronize()
+        stamps.append(time.perf_counter())
+
+    started = time.perf_counter()
+    res = solve_with(
+        method,
+        A,
+        R,
+        penalty,
+        tol=0.0,
+        max_iter=iters,
+        backend=backend,
+        record_objective=True,
+        callback=clock,
+    )
+    times = np.concatenate([[res.timings.get("setup", 0.0)], np.asarray(stamps) - started])
+    return {"objective": np.asarray(res.objective) + constant, "time": times, "result": res}
+
+
+def first_within(history, best, rel_tol=REL_TOL):
+    """First index k with history[k] - best <= rel_tol * max(1, |best|), or None."""
+    hit = np.flatnonzero(history - best <= rel_tol * max(1.0, abs(best)))
+    return int(hit[0]) if hit.size else None
+
+
+#: The l0 weight of the Figure 1 demo (larger ones, lam >= 0.1, leave PGM/APG at x = 0).
+FIGURE1_LAM = 0.01
+
+
+def run_figure1(
+    size=(200, 1000),
+    lam=FIGURE1_LAM,
+    seed=0,
+    backend="cpu",
+    iters=300,
+    methods=METHODS,
+    problems=PROBLEMS,
+    warmup=True,
+):
+    """Run the Figure 1 study.
+
+    Returns
+    -------
+    dict
+        ``settings`` (``warmup_seconds``: the untimed first calls, None without
+        ``warmup``) and ``problems``: for each problem name, ``best`` (lowest F any
+        method reached), ``histories`` ({method: {"objective", "time"}}) and ``rows``
+        (one dict per method: ``method``, ``objective_at`` {k: F_k}, ``iters_to_best``,
+        ``seconds_to_best`` (None when never within REL_TOL), ``final``,
+        ``seconds_total``, ``L``).
+    """
+    import msm_gpu as mg
+
+    C, d = figure1_data(size, seed)
+    A = C.T @ C
+    R = -(C.T @ d)
+    constant = 0.5 * float(d @ d)
+    penalties = {"nnls": mg.NonNeg(), "l0": mg.L0(lam)}
+    out = {
+        "settings": {
+            "size": tuple(size),
+            "lam": lam,
+            "seed": seed,
+            "backend": backend,
+            "iters": iters,
+            "rel_tol": REL_TOL,
+        },
+        "problems": {},
+    }
+    warmup_seconds = 0.0
+    for name in problems:
+        penalty = penalties[name]
+        if warmup:
+            t0 = time.perf_counter()
+            for method in methods:
+                run_method(method, A, R, penalty, iters=2, backend=backend)
+            warmup_seconds += time.perf_counter() - t0
+        histories = {}
+        for method in methods:
+            run = run_method(method, A, R, penalty, iters=iters, backend=backend, constant=constant)
+            histories[method] = run
+        best = min(float(np.min(h["objective"])) for h in histories.values())
+        rows = []
+        for method in methods:
+            hist = histories[method]["objective"]
+            k = first_within(hist, best)
+            rows.append(
+                {
+                    "method": method,
+                    "objective_at": {c: float(hist[c]) for c in CHECKPOINTS if c < len(hist)},
+                    "iters_to_best": k,
+                    "seconds_to_best": None if k is None else float(histories[method]["time"][k]),
+                    "final": float(hist[-1]),
+                    "seconds_total": float(histories[method]["time"][-1]),
+                    "L": histories[method]["result"].info.get("L"),
+                }
+            )
+        out["problems"][name] = {
+            "best": best,
+            "rows": rows,
+            "histories": {
+                m: {"objective": h["objective"], "time": h["time"]} for m, h in histories.items()
+            },
+        }
+    out["settings"]["warmup_seconds"] = warmup_seconds if warmup else None
+    return out
+
+
+def format_table(study):
+    """The study's table as text: F after CHECKPOINTS iterations, iterations/seconds to best."""
+    lines = []
+    s = study["settings"]
+    m, n = s["size"]
+    if s.get("warmup_seconds") is not None:
+        lines.append(
+            "first calls, every method for 2 iterations (compile kernels, cached for later "
+            f"runs): {s['warmup_seconds']:.1f} s"
+        )
+    for name, prob in study["problems"].items():
+        cps = [c for c in CHECKPOINTS if c <= s["iters"]]
+        title = TITLES.get(name, name)
+        extra = f", lam = {s['lam']:g}" if name == "l0" else ""
+        lines.append(
+            f"{title}: C {m}x{n}{extra}, seed {s['seed']}, backend {s['backend']}; "
+            f"F_best = {prob['best']:.10g}"
+        )
+        head = f"{'method':<8}" + "".join(f"{'F_' + str(c):>12}" for c in cps)
+        head += f"{'iters':>8}{'seconds':>10}{'total s':>10}"
+        lines.append(head)
+        for row in prob["rows"]:
+            line = f"{LABELS.get(row['method'], row['method']):<8}"
+            line += "".join(f"{row['objective_at'][c]:>12.6g}" for c in cps)
+            k, sec = row["iters_to_best"], row["seconds_to_best"]
+            line += f"{'-' if k is None else k:>8}"
+            line += f"{'-' if sec is None else format(sec, '.4f'):>10}"
+            line += f"{row['seconds_total']:>10.4f}"
+            lines.append(line)
+        lines.append(
+            f"iters/seconds: first iteration with F_k - F_best <= {s['rel_tol']:g} max(1, |F_best|)"
+            f" ('-': not within {s['iters']} iterations); seconds: wall clock from the call,"
+            " setup (L for the baselines) included; total s: all iterations"
+        )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(study, path):
+    """Write a PNG: F(x_k) - F_best (log scale) vs iteration and vs time, one row per problem.
+
+    Points where F(x_k) = F_best (gap 0) cannot be drawn on the log scale and are left out.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    names = list(study["problems"])
+    fig, axes = plt.subplots(len(names), 2, figsize=(11, 4 * len(names)), squeeze=False)
+    for i, name in enumerate(names):
+        prob = study["problems"][name]
+        best = prob["best"]
+        for method, hist in prob["histories"].items():
+            gap = hist["objective"] - best
+            gap = np.where(gap > 0, gap, np.nan)  # F_best itself: off the log scale
+            label = LABELS.get(method, method)
+            axes[i, 0].semilogy(np.arange(len(gap)), gap, label=label)
+            axes[i, 1].semilogy(hist["time"], gap, label=label)
+        axes[i, 0].set_xlabel("iteration")
+        axes[i, 1].set_xlabel("seconds")
+        for ax in axes[i]:
+            ax.set_ylabel("F(x_k) - F_best")
+            ax.set_title(TITLES.get(name, name))
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend()
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+#: The demo's batched NNLS problems: (name, m, n, r, scipy columns).  scipy's loop runs on
+#: the first ``scipy columns`` right-hand sides and its time is scaled to r (it is linear
+#: in r), so the demo stays short; the objective gap is measured on those columns.
+BATCHED_PROBLEMS = (
+    ("unmixing", 200, 20, 20_000, 1000),
+    ("dense", 500, 100, 1000, 100),
+)
+#: What each kind of batched data is (printed under the table).
+BATCHED_KINDS = {
+    "unmixing": "C uniform (0, 1) (endmember spectra), D = C X + N(0, 0.01^2) noise, "
+    "X Dirichlet(0.3) abundances",
+    "dense": "C, D with |N(0, 1)| entries",
+    "uniform": "C, D uniform on (0, 1)",
+}
+#: Timed calls per measurement; the best is reported (a shared machine only slows calls).
+REPEATS = 3
+
+
+def batched_data(kind="uniform", size=(200, 100), n_rhs=50, seed=0):
+    """C (m x n) and D (m x n_rhs), float64, for one of :data:`BATCHED_KINDS`."""
+    m, n = size
+    rng = np.random.default_rng(seed)
+    if kind == "unmixing":
+        c = rng.uniform(size=(m, n))
+        x = rng.dirichlet(0.3 * np.ones(n), size=n_rhs).T
+        return c, c @ x + 0.01 * rng.normal(size=(m, n_rhs))
+    if kind == "dense":
+        return np.abs(rng.normal(size=(m, n))), np.abs(rng.normal(size=(m, n_rhs)))
+    if kind == "uniform":
+        return rng.uniform(size=(m, n)), rng.uniform(size=(m, n_rhs))
+    raise ValueError(f"kind must be one of {sorted(BATCHED_KINDS)}, got {kind!r}")
+
+
+def _to_host(x):
+    return np.asarray(x.get() if hasattr(x, "get") else x)
+
+
+def _best_of(fn, repeats):
+    """``fn()``'s last value and the shortest of ``repeats`` wall-clock times."""
+    times = []
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        value = fn()
+        times.append(time.perf_counter() - t0)
+    return value, min(times)
+
+
+def warm_up_batched_nnls(backend="cpu", seed=0):
+    """One tiny ``mg.nnls`` call that compiles (or loads from the cache) the kernels of the
+    default NNLS path; its wall-clock seconds.
+
+    The timed calls of :func:`run_batched_nnls` then measure solving only.  A warm-up
+    with ``tol=0`` would not do: it skips the exact finish and its kernels.
+    """
+    import msm_gpu as mg
+
+    c, d = batched_data("uniform", (8, 4), 3, seed)
+    t0 = time.perf_counter()
+    _to_host(mg.nnls(c, d, backend=backend).x)
+    return time.perf_counter() - t0
+
+
+def run_batched_nnls(
+    size=(200, 100),
+    n_rhs=50,
+    seed=0,
+    backend="cpu",
+    *,
+    kind="uniform",
+    scipy_columns=None,
+    repeats=REPEATS,
+    warmup=True,
+    name=None,
+):
+    """Batched NNLS: ``mg.nnls(C, D)`` on all columns of D at once vs a loop of
+    ``scipy.optimize.nnls`` over the columns.
+
+    Parameters
+    ----------
+    size, n_rhs : tuple of int, int
+        C is m x n, D has ``n_rhs`` columns.
+    kind : str
+        The data, one of :data:`BATCHED_KINDS`.
+    scipy_columns : int, optional
+        Run scipy's loop on the first this many columns only and scale its time to
+        ``n_rhs`` (None: all columns).
+    repeats : int
+        Timed runs of each side; the shortest is reported.
+    warmup : bool
+        Call :func:`warm_up_batched_nnls` first (kernel compilation is then not timed).
+
+    Returns
+    -------
+    dict
+        ``msm_seconds`` (``mg.nnls`` on all columns), ``scipy_seconds`` (the loop over all
+        columns, scaled up from ``scipy_columns`` when ``extrapolated``),
+        ``scipy_measured_seconds``, ``speedup`` (scipy / mg.nnls), on the columns scipy
+        solved: ``msm_objective`` / ``scipy_objective`` (sum over columns of
+        1/2 ||C x - d||^2), ``gap`` ((msm - scipy) / scipy) and ``max_abs_diff``
+        (max |x_msm - x_scipy|); ``n_iter`` (MSM sweeps), ``finish_method``,
+        ``finish_rounds`` (most active-set iterations of a column, for ``"active_set"``),
+        ``converged``, ``first_call_seconds`` (None without ``warmup``), ``backend``.
+    """
+    import scipy.optimize
+
+    import msm_gpu as mg
+
+    m, n = size
+    first_call = warm_up_batched_nnls(backend, seed) if warmup else None
+    C, D = batched_data(kind, size, n_rhs, seed)
+    (res, x_msm), msm_seconds = _best_of(lambda: _solved(mg.nnls(C, D, backend=backend)), repeats)
+    k = n_rhs if scipy_columns is None else max(1, min(int(scipy_columns), n_rhs))
+    x_ref, scipy_measured = _best_of(
+        lambda: np.column_stack([scipy.optimize.nnls(C, D[:, j])[0] for j in range(k)]),
+        repeats,
+    )
+
+    def obj(x):
+        return 0.5 * float(np.sum((C @ x - D[:, :k]) ** 2))
+
+    f_msm, f_ref = obj(x_msm[:, :k]), obj(x_ref)
+    scipy_seconds = scipy_measured * n_rhs / k
+    return {
+        "name": name or kind,
+        "kind": kind,
+        "size": (m, n),
+        "n_rhs": n_rhs,
+        "scipy_columns": k,
+        "extrapolated": k < n_rhs,
+        "msm_seconds": msm_seconds,
+        "scipy_seconds": scipy_seconds,
+        "scipy_measured_seconds": scipy_measured,
+        "speedup": scipy_seconds / msm_seconds if msm_seconds > 0 else float("inf"),
+        "msm_objective": f_msm,
+        "scipy_objective": f_ref,
+        "gap": (f_msm - f_ref) / f_ref if f_ref > 0 else f_msm - f_ref,
+        "max_abs_diff": float(np.max(np.abs(x_msm[:, :k] - x_ref))),
+        "n_iter": res.n_iter,
+        "finish_method": res.info.get("finish_method"),
+        "finish_rounds": res.info.get("finish_rounds"),
+        "converged": res.converged,
+        "first_call_seconds": first_call,
+        "backend": res.backend,
+        "repeats": repeats,
+    }
+
+
+def _solved(res):
+    """``res`` and its x on the host: a GPU's queued work is then finished and timed."""
+    return res, _to_host(res.x)
+
+
+def run_batched_demo(
+    problems=BATCHED_PROBLEMS, seed=0, backend="cpu", repeats=REPEATS, *, stream=None
+):
+    """The demo's headline: :func:`run_batched_nnls` on each of ``problems``
+    ((name, m, n, r, scipy columns), ``name`` a kind of :data:`BATCHED_KINDS`), after one
+    warm-up call.
+
+    ``stream`` (a text file such as ``sys.stdout``): write the report there as it is
+    measured, the text of :func:`format_batched_nnls` (a cold kernel cache makes the
+    first call take a while: the reader sees what is running).
+
+    Returns ``{"first_call_seconds": float, "rows": [dict per problem]}``.
+    """
+
+    def write(text, end="\n"):
+        if stream is not None:
+            stream.write(text + end)
+            stream.flush()
+
+    write(_batched_title(backend))
+    write(FIRST_CALL, end="")
+    out = {"first_call_seconds": warm_up_batched_nnls(backend, seed), "rows": []}
+    write(f"{out['first_call_seconds']:.1f} s")
+    write(_batched_head())
+    for name, m, n, r, sub in problems:
+        row = run_batched_nnls(
+            (m, n), r, seed, backend, kind=name, scipy_columns=sub, repeats=repeats, warmup=False
+        )
+        out["rows"].append(row)
+        write(_batched_row(row))
+    if out["rows"]:
+        write("\n".join(_batched_notes(out["rows"])))
+    return out
+
+
+#: How the warm-up's time is introduced.
+FIRST_CALL = "first call (compiles kernels, cached for later runs): "
+
+
+def _seconds(t):
+    return f"{t:.3g} s" if t < 100 else f"{t:.0f} s"
+
+
+def _batched_title(backend):
+    return (
+        "Batched NNLS: mg.nnls(C, D) solves all columns of D in one call; "
+        f"scipy.optimize.nnls solves one column per call (backend {backend})"
+    )
+
+
+def _batched_head():
+    head = f"{'problem':<10}{'C':>9}{'columns':>9}{'mg.nnls':>11}{'scipy loop':>12}"
+    return head + f"{'speed-up':>10}{'objective gap':>15}{'max |dx|':>10}"
+
+
+def _batched_row(row):
+    m, n = row["size"]
+    star = "*" if row["extrapolated"] else " "
+    line = f"{row['name']:<10}{f'{m}x{n}':>9}{row['n_rhs']:>9}"
+    line += f"{_seconds(row['msm_seconds']):>11}{_seconds(row['scipy_seconds']) + star:>12}"
+    line += f"{format(row['speedup'], '.1f') + 'x':>10}"
+    return line + f"{row['gap']:>15.1e}{row['max_abs_diff']:>10.1e}"
+
+
+def _batched_notes(rows):
+    lines = [
+        f"times: best of {rows[0]['repeats']} calls, wall clock; speed-up = scipy loop / "
+        "mg.nnls (below 1: mg.nnls is slower)"
+    ]
+    scaled = [r for r in rows if r["extrapolated"]]
+    if scaled:
+        parts = ", ".join(f"{r['scipy_columns']} of {r['n_rhs']} ({r['name']})" for r in scaled)
+        lines.append(
+            f"* scipy loop timed on the first {parts} columns and scaled up to all columns"
+        )
+    lines.append(
+        "objective gap = (F_mg - F_scipy) / F_scipy, F = sum over the columns scipy solved "
+        "of 1/2 ||C x - d||^2; max |dx| = max |x_msm - x_scipy| on them"
+    )
+    lines += [f"{r['name']}: {BATCHED_KINDS.get(r['kind'], r['kind'])}" for r in rows]
+    return lines + [_method_line(rows)]
+
+
+def format_batched_nnls(out):
+    """Text report of :func:`run_batched_demo` (or of one :func:`run_batched_nnls`)."""
+    rows = out["rows"] if "rows" in out else [out]
+    first = out.get("first_call_seconds")
+    lines = [_batched_title(rows[0]["backend"])]
+    if first is not None:
+        lines.append(f"{FIRST_CALL}{first:.1f} s")
+    lines += [_batched_head(), *map(_batched_row, rows), *_batched_notes(rows)]
+    return "\n".join(lines)
+
+
+def _method_line(rows):
+    """What mg.nnls did, from its results (``n_iter`` counts MSM sweeps only)."""
+    sweeps = sorted({r["n_iter"] for r in rows})
+    methods = sorted({str(r["finish_method"]) for r in rows})
+    line = f"mg.nnls: {' or '.join(map(str, sweeps))} MSM sweeps (res.n_iter)"
+    if methods == ["active_set"]:
+        most = ", ".join(f"{r['finish_rounds']} ({r['name']})" for r in rows)
+        line += (
+            ", then Lawson-Hanson active set per column "
+            f'(res.info["finish_method"] = "active_set"; most iterations of a column: {most})'
+        )
+    else:
+        line += f', then the exact finish (res.info["finish_method"]: {", ".join(methods)})'
+    converged = all(r["converged"] for r in rows)
+    return line + f"; converged: {converged}"

@@ -1,0 +1,736 @@
+"""Exact finish on the host for every convex penalty: a primal active set, column by column.
+
+``min_x 1/2 x'Ax + r'x + h(x)`` per column, A symmetric positive *semi*definite, h convex
+and piecewise linear per row (Zero, NonNeg, Box, L1, NonNegL1: :class:`msm_gpu.finish.run.Faces`
+tabulates each row's points, pieces and slopes).  Lawson & Hanson's method (1974, ch. 23),
+generalised from x >= 0 to those pieces, in Numba, column ranges on the sweep's threads.
+
+Per column, from a feasible x, with F the free variables whose block A_FF is factorised:
+
+1. the Newton step on the face, z_F = x_F - A_FF^{-1} (g_F + sigma_F), g = A x + r (the
+   others held where they are; from the gradient, so every step refines the last);
+2. if z leaves a piece, step from x towards z up to the first piece end (F decreases along
+   the segment), fix the variables that reach it, go to 1;
+3. else x = z; a held variable whose one-sided derivative g_j + slope is negative in some
+   direction joins F (the largest violations first, all that the factor takes, or the
+   largest alone after ZERO_STEPS steps of length zero); none: the KKT conditions hold.
+
+**Singular faces.**  A_FF may be singular (more free variables than rows of C, collinear
+columns).  A variable joins F only if its pivot (the Schur complement of A_FF in
+A_{F+j,F+j}) is above JOIN_TOL A_jj, so the factor never divides by rounding noise.  A
+violating variable that cannot join (its column is, numerically, in the span of F's) moves
+instead along the direction that keeps A x fixed, d_j = +-1, d_F = -+A_FF^{-1} A_Fj: an
+exact line search (the directional derivative is the violation, the curvature the tiny
+pivot), stopped at the first piece end; a variable of F that reaches it leaves F, and j can
+join next time.  A variable left inside a piece but outside F is *held* (its value fixed,
+its slope the piece's); the start's free variables that do not fit in the factor are held.
+Every step is monotone in F; a direction with no piece end and no curvature means F is
+unbounded below on the column (not ``ok``).
+
+**Two forms of A.**  The Gram form reads A (n x n).  The design form reads A = S C'C S
+through the columns of C (dense, or CSC sparse; S a diagonal scaling) and keeps the
+residual C S x - d of the column: an entry of A costs a dot product of two columns, the
+gradient c_j'(C S x - d) one column, and nothing n x n is ever formed (wide and sparse
+problems).  The gradient from the residual also makes each Newton step a corrected
+semi-normal step, accurate from C rather than from C'C.  The kernel is written once; the
+form is chosen by the type of ``src`` (:func:`_gradient`, :func:`_products`, :func:`_move`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba.extending import overload
+
+from ..backends.cpu.jit import njit
+from ..backends.cpu.threads import run_ranges, sweep_threads, thread_cap
+from .nnls_columns import FAST, ZERO_STEPS, _delete_row
+
+#: A variable joins F only if its pivot exceeds JOIN_TOL A_jj: rounding makes the pivot of
+#: a dependent column ~ n eps A_jj, and a factor with pivots down to JOIN_TOL keeps cond(A_FF)
+#: near 1 / JOIN_TOL, so that face solutions are accurate to ~1e-6 before refinement.
+JOIN_TOL = 1e-10
+
+#: Consecutive candidates the factor refuses before a block join stops trying (each try
+#: costs a row of the factor; on a wide problem most candidates are in the span of F).
+MAX_REFUSALS = 8
+
+#: Newton steps on a face whose free gradients still exceed the KKT tolerance (rounding
+#: of an ill-conditioned face), before its point is taken as the answer.
+REFINEMENTS = 2
+
+#: Table columns handed to the kernel, in this order (see :class:`msm_gpu.finish.run.Faces`).
+TABLES = ("lo", "hi", "value", "sigma", "left", "right")
+
+
+# -- the two forms of A: overloads chosen by the type of ``src`` ------------------------
+#
+# Gram form: src = (A,)                          A (n, n)
+# dense design form: src = (Ct, s)               Ct (n, m) = (C S)' rows, s (n) unused here
+# sparse design form: src = (indptr, indices, data)   C S in CSC, entries scaled
+
+
+def _gradient(src, x, res, r, i):
+    """g_i = (A x)_i + r_i (Gram form), c_i'res + r_i (design forms)."""
+
+
+def _products(src, order, f, j, out, work):
+    """out[a] = A[order[a], j] for a < f; returns A_jj (``work``: m floats, design)."""
+
+
+def _move(src, res, i, delta):
+    """res += delta c_i (design forms; the Gram form keeps no residual)."""
+
+
+def _form(src):
+    """0 Gram, 1 dense design, 2 sparse design."""
+    if len(src) == 1:
+        return 0
+    return 1 if len(src) == 2 else 2
+
+
+@overload(_gradient, jit_options={"fastmath": FAST})
+def _ol_gradient(src, x, res, r, i):
+    form = _form(src)
+    if form == 0:
+
+        def gram(src, x, res, r, i):
+            a = src[0]
+            acc = r[i]
+            for k in range(x.shape[0]):
+                if x[k] != 0.0:
+                    acc += a[i, k] * x[k]
+            return acc
+
+        return gram
+    if form == 1:
+
+        def dense(src, x, res, r, i):
+            row = src[0][i]
+            acc = 0.0
+            for t in range(res.shape[0]):
+                acc += row[t] * res[t]
+            return acc + r[i]
+
+        return dense
+
+    def sparse(src, x, res, r, i):
+        indptr, indices, data = src
+        acc = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            acc += data[p] * res[indices[p]]
+        return acc + r[i]
+
+    return sparse
+
+
+@overload(_products, jit_options={"fastmath": FAST})
+def _ol_products(src, order, f, j, out, work):
+    form = _form(src)
+    if form == 0:
+
+        def gram(src, order, f, j, out, work):
+            a = src[0]
+            for c in range(f):
+                out[c] = a[order[c], j]
+            return a[j, j]
+
+        return gram
+    if form == 1:
+
+        def dense(src, order, f, j, out, work):
+            ct = src[0]
+            cj = ct[j]
+            for c in range(f):
+                row = ct[order[c]]
+                acc = 0.0
+                for t in range(cj.shape[0]):
+                    acc += row[t] * cj[t]
+                out[c] = acc
+            acc = 0.0
+            for t in range(cj.shape[0]):
+                acc += cj[t] * cj[t]
+            return acc
+
+        return dense
+
+    def sparse(src, order, f, j, out, work):
+        indptr, indices, data = src
+        jj = 0.0
+        for p in range(indptr[j], indptr[j + 1]):  # c_j scattered into work (zero)
+            work[indices[p]] = data[p]
+            jj += data[p] * data[p]
+        for c in range(f):
+            k = order[c]
+            acc = 0.0
+            for p in range(indptr[k], indptr[k + 1]):
+                acc += data[p] * work[indices[p]]
+            out[c] = acc
+        for p in range(indptr[j], indptr[j + 1]):
+            work[indices[p]] = 0.0
+        return jj
+
+    return sparse
+
+
+@overload(_move, jit_options={"fastmath": FAST})
+def _ol_move(src, res, i, delta):
+    form = _form(src)
+    if form == 0:
+        return lambda src, res, i, delta: None
+    if form == 1:
+
+        def dense(src, res, i, delta):
+            row = src[0][i]
+            for t in range(res.shape[0]):
+                res[t] += delta * row[t]
+
+        return dense
+
+    def sparse(src, res, i, delta):
+        indptr, indices, data = src
+        for p in range(indptr[i], indptr[i + 1]):
+            res[indices[p]] += delta * data[p]
+
+    return sparse
+
+
+# -- the kernel ---------------------------------------------------------------------------
+
+
+@njit(nogil=True, inline="always")
+def _int(value):
+    """``value`` typed int64, not as a literal: a literal argument makes Numba compile the
+    callee once more for that literal (each such copy costs about a second cold)."""
+    return np.int64(value)
+
+
+@njit(nogil=True, inline="always")
+def _row(nr, i):
+    """Row of a face table for variable i (one row when every variable is alike)."""
+    return i if nr > 1 else 0
+
+
+@njit(nogil=True, fastmath=FAST)
+def _factor_row(src, order, a, L, p, work):
+    """Row a of the Cholesky factor L of A[order, order] (rows before a kept).  Returns
+    False (row unusable) when its pivot is at most JOIN_TOL A_jj."""
+    j = order[a]
+    ajj = _products(src, order, a, j, p, work)
+    for c in range(a):
+        acc = p[c]
+        for t in range(c):
+            acc -= L[a, t] * L[c, t]
+        L[a, c] = acc / L[c, c]
+    acc = ajj
+    for t in range(a):
+        acc -= L[a, t] * L[a, t]
+    if not acc > JOIN_TOL * ajj:
+        return False
+    L[a, a] = math.sqrt(acc)
+    return True
+
+
+@njit(nogil=True, fastmath=FAST)
+def _solve_factor(L, b, f, z):
+    """z[:f] = (L L')^{-1} b[:f] (two triangular solves with the rows of L)."""
+    for a in range(f):
+        acc = b[a]
+        for t in range(a):
+            acc -= L[a, t] * z[t]
+        z[a] = acc / L[a, a]
+    for a in range(f - 1, -1, -1):
+        z[a] /= L[a, a]
+        for t in range(a):
+            z[t] -= L[a, t] * z[a]
+
+
+@njit(nogil=True)
+def _sort_down(keys, a, b, k):
+    """Sort keys[:k] in decreasing order, carrying a[:k] and b[:k] along (insertion sort:
+    the candidates are few, and a sort from NumPy costs seconds of compilation)."""
+    for i in range(1, k):
+        key, va, vb = keys[i], a[i], b[i]
+        j = i - 1
+        while j >= 0 and keys[j] < key:
+            keys[j + 1], a[j + 1], b[j + 1] = keys[j], a[j], b[j]
+            j -= 1
+        keys[j + 1], a[j + 1], b[j + 1] = key, va, vb
+
+
+@njit(nogil=True)
+def _join_state(q, direction):
+    """The free state entered from state q moving in ``direction`` (held: its own piece)."""
+    if q % 2 == 1:
+        return q
+    return q + 1 if direction > 0 else q - 1
+
+
+@njit(nogil=True, fastmath=FAST)
+def _set(src, x, res, i, value):
+    """x_i = value, the residual kept equal to C x - d."""
+    _move(src, res, i, value - x[i])
+    x[i] = value
+
+
+@njit(nogil=True, fastmath=FAST)
+def _column(src, r, res, T, x, q, tol, floor, max_iter, ws):
+    """One column (x, q in: a feasible start and its states; res: C x - d in the design
+    forms; out: the answer).
+
+    ``T`` (6, rows, 5): the face tables of :data:`TABLES`.  A violation must exceed
+    ``tol (max A_jj max|x| + floor)``.  Returns (status, iterations): 1 the KKT conditions
+    hold, 0 not finished in ``max_iter``, -1 F unbounded below along a direction of zero
+    curvature.
+    """
+    L, order, infac, z, b, w, v, gone, cand, viols, dirs, work = ws
+    n = x.shape[0]
+    k_max = L.shape[0]
+    lo, hi, sigma, left, right = T[0], T[1], T[3], T[4], T[5]
+    nr = lo.shape[0]
+    scale = 0.0
+    for i in range(n):
+        scale = max(scale, _products(src, order, _int(0), i, b, work))
+    # the start's free variables, factorised in turn; those that do not fit are held
+    f = _int(0)
+    for i in range(n):
+        infac[i] = False
+        if q[i] % 2 == 1 and f < k_max:
+            order[f] = i
+            if _factor_row(src, order, f, L, b, work):
+                infac[i] = True
+                f += 1
+    single = False
+    zero_steps = 0
+    refined = 0
+    it = 0
+    status = 0
+    while it < max_iter:
+        it += 1
+        # 1. the Newton step on the face: A_FF dz = -(g_F + sigma_F)
+        for a in range(f):
+            i = order[a]
+            b[a] = -(_gradient(src, x, res, r, i) + sigma[_row(nr, i), q[i]])
+        _solve_factor(L, b, f, z)
+        # 2. the first piece end on the segment x -> x + dz
+        alpha = 1.0
+        for a in range(f):
+            i = order[a]
+            ri = _row(nr, i)
+            zi = x[i] + z[a]
+            if zi > hi[ri, q[i]]:
+                alpha = min(alpha, (hi[ri, q[i]] - x[i]) / z[a])
+            elif zi < lo[ri, q[i]]:
+                alpha = min(alpha, (lo[ri, q[i]] - x[i]) / z[a])
+        alpha = max(alpha, 0.0)
+        if alpha < 1.0:
+            f = _step_to_ends(src, res, L, order, infac, z, x, q, T, f, alpha, v, gone, work)
+            if alpha == 0.0:
+                zero_steps += 1
+                single = zero_steps > ZERO_STEPS
+            continue
+        for a in range(f):
+            _set(src, x, res, order[a], x[order[a]] + z[a])
+        x_max = 0.0
+        for i in range(n):
+            x_max = max(x_max, abs(x[i]))
+        eps = tol * (scale * x_max + floor)
+        # 3. one-sided derivatives of the variables outside F
+        n_viol = 0
+        for i in range(n):
+            if infac[i]:
+                continue
+            ri = _row(nr, i)
+            gi = _gradient(src, x, res, r, i)
+            qi = q[i]
+            if qi % 2 == 1:  # held inside a piece: one slope both ways
+                up = gi + sigma[ri, qi]
+                down = up
+            else:
+                up = gi + right[ri, qi]
+                down = gi + left[ri, qi]
+            if up < -eps:
+                cand[n_viol], viols[n_viol], dirs[n_viol] = i, -up, 1
+                n_viol += 1
+            elif down > eps:
+                cand[n_viol], viols[n_viol], dirs[n_viol] = i, down, -1
+                n_viol += 1
+        if n_viol == 0:
+            # done once the free gradients vanish too; else one more Newton step on the
+            # face (iterative refinement), at most REFINEMENTS in a row
+            if refined >= REFINEMENTS or _face_is_optimal(src, r, res, T, x, q, order, f, eps):
+                status = 1
+                break
+            refined += 1
+            continue
+        refined = 0
+        # the largest violations first: where the face cannot take them all (A_FF would
+        # be singular), the ones that join are those that decrease F fastest
+        _sort_down(viols, cand, dirs, n_viol)
+        best, best_viol, best_dir = cand[0], viols[0], dirs[0]
+        joined = 0
+        refused = 0
+        if not single:
+            for k in range(n_viol):
+                if f >= k_max or refused >= MAX_REFUSALS:
+                    break
+                i = cand[k]
+                order[f] = i
+                if _factor_row(src, order, f, L, b, work):
+                    q[i] = _join_state(q[i], dirs[k])
+                    infac[i] = True
+                    f += 1
+                    joined += 1
+                    refused = 0
+                else:
+                    refused += 1
+        if joined > 0:
+            continue
+        # the largest violator alone: it joins, or a line search along the null direction
+        i = best
+        if f < k_max:
+            order[f] = i
+            if _factor_row(src, order, f, L, b, work):
+                q[i] = _join_state(q[i], best_dir)
+                infac[i] = True
+                f += 1
+                single = False
+                continue
+        ok, f = _null_step(src, res, L, order, infac, x, q, T, f, i, best_dir, best_viol, ws)
+        if not ok:
+            status = -1
+            break
+    return status, it
+
+
+@njit(nogil=True, fastmath=FAST)
+def _face_is_optimal(src, r, res, T, x, q, order, f, eps):
+    """The free variables' gradients vanish (to ``eps``): the last Newton step landed."""
+    sigma = T[3]
+    nr = sigma.shape[0]
+    for a in range(f):
+        i = order[a]
+        if abs(_gradient(src, x, res, r, i) + sigma[_row(nr, i), q[i]]) > eps:
+            return False
+    return True
+
+
+@njit(nogil=True, fastmath=FAST)
+def _step_to_ends(src, res, L, order, infac, z, x, q, T, f, alpha, v, gone, work):
+    """x_F += alpha dz; the variables that reach a piece end are fixed there and leave F.
+    Returns the new |F|."""
+    lo, hi, value = T[0], T[1], T[2]
+    nr = lo.shape[0]
+    first_out = f
+    n_out = _int(0)
+    for a in range(f):
+        i = order[a]
+        ri = _row(nr, i)
+        d = z[a]
+        zi = x[i] + d
+        end = math.inf
+        if zi > hi[ri, q[i]]:
+            end = (hi[ri, q[i]] - x[i]) / d
+        elif zi < lo[ri, q[i]]:
+            end = (lo[ri, q[i]] - x[i]) / d
+        if end <= alpha:  # fixed at the point it reached
+            q[i] = q[i] + 1 if d > 0.0 else q[i] - 1
+            _set(src, x, res, i, value[ri, q[i]])
+            gone[a] = True
+            n_out += 1
+            first_out = min(first_out, a)
+        else:
+            gone[a] = False
+            _set(src, x, res, i, x[i] + alpha * d)
+    return _drop(src, L, order, infac, f, gone, n_out, first_out, v, work)
+
+
+@njit(nogil=True, fastmath=FAST)
+def _drop(src, L, order, infac, f, gone, n_out, first_out, v, work):
+    """Remove the positions marked in ``gone`` from F and from its factor: one rank-one
+    downdate each (O(f^2), from the last position down, so that the earlier ones stay
+    valid), never a refactorisation (O(f^3), and O(m f^2) products in the design form).
+    Returns the new |F|."""
+    size = f
+    for a in range(f - 1, first_out - 1, -1):
+        if gone[a]:
+            infac[order[a]] = False
+            _delete_row(L, a, size, v)
+            size -= 1
+    keep = _int(0)
+    for a in range(f):
+        if not gone[a]:
+            order[keep] = order[a]
+            keep += 1
+    return keep
+
+
+@njit(nogil=True, fastmath=FAST)
+def _null_step(src, res, L, order, infac, x, q, T, f, j, direction, viol, ws):
+    """Move j (outside F, its pivot tiny) and F along d_j = direction,
+    d_F = -direction A_FF^{-1} A_Fj: an exact line search (slope -viol, curvature the
+    pivot) stopped at the first piece end.  Returns (ok, new |F|); not ok: no piece end
+    and no curvature (F unbounded below along d)."""
+    u, w, v, gone, work = ws[3], ws[5], ws[6], ws[7], ws[11]
+    lo, hi, value = T[0], T[1], T[2]
+    nr = lo.shape[0]
+    ajj = _products(src, order, f, j, u, work)
+    _solve_factor(L, u, f, w)  # w = A_FF^{-1} A_Fj
+    curv = ajj
+    for a in range(f):
+        curv -= u[a] * w[a]
+    t = viol / curv if curv > 0.0 else math.inf  # the minimiser along d
+    qj = _join_state(q[j], direction)
+    rj = _row(nr, j)
+    end_j = hi[rj, qj] - x[j] if direction > 0 else x[j] - lo[rj, qj]
+    own_end = end_j <= t
+    t = min(t, end_j)
+    hit = _int(-1)
+    for a in range(f):
+        i = order[a]
+        ri = _row(nr, i)
+        da = -direction * w[a]
+        if da > 0.0:
+            s = (hi[ri, q[i]] - x[i]) / da
+        elif da < 0.0:
+            s = (lo[ri, q[i]] - x[i]) / da
+        else:
+            continue
+        if s < t:
+            t = max(s, 0.0)
+            hit = a
+    if not t < math.inf:
+        return False, f
+    for a in range(f):
+        i = order[a]
+        _set(src, x, res, i, x[i] - direction * t * w[a])
+    _set(src, x, res, j, x[j] + direction * t)
+    q[j] = qj
+    if hit >= 0:  # a variable of F reached a piece end: fixed there, out of F
+        i = order[hit]
+        ri = _row(nr, i)
+        q[i] = q[i] + 1 if -direction * w[hit] > 0.0 else q[i] - 1
+        _set(src, x, res, i, value[ri, q[i]])
+        for a in range(f):
+            gone[a] = a == hit
+        return True, _drop(src, L, order, infac, f, gone, _int(1), hit, v, work)
+    if own_end:  # j reached its own piece end: fixed at that point
+        q[j] = qj + direction
+        _set(src, x, res, j, value[rj, q[j]])
+    return True, f
+
+
+@njit(nogil=True)
+def _workspace(n, k_max, m):
+    """The per-thread buffers of :func:`_column` (factor and vectors of size k_max; the
+    candidates of size n; ``work``: m zeros for the sparse form's scatter)."""
+    return (
+        np.empty((k_max, k_max)),  # L
+        np.empty(k_max + 1, dtype=np.int64),  # order
+        np.empty(n, dtype=np.bool_),  # infac
+        np.empty(k_max + 1),  # z (also u of the null step)
+        np.empty(max(k_max + 1, n)),  # b (also the diagonal scan)
+        np.empty(k_max + 1),  # w
+        np.empty(k_max + 1),  # v
+        np.empty(k_max + 1, dtype=np.bool_),  # gone
+        np.empty(n, dtype=np.int64),  # cand
+        np.empty(n),  # viols
+        np.empty(n, dtype=np.int64),  # dirs
+        np.zeros(m),  # work
+    )
+
+
+@njit(nogil=True, fastmath=FAST)
+def _slope_floor(T):
+    """The largest finite slope of the tables."""
+    s_max = 0.0
+    for t in range(3, 6):
+        for row in range(T.shape[1]):
+            for k in range(5):
+                if math.isfinite(T[t, row, k]):
+                    s_max = max(s_max, abs(T[t, row, k]))
+    return s_max
+
+
+@njit(nogil=True, fastmath=FAST)
+def _gram_range(A, R, T, X, Q, tol, max_iter, c0, c1, status, iters):
+    """Columns c0..c1-1 of X, Gram form (in: a feasible start, Q its states)."""
+    n = A.shape[0]
+    src = (A,)
+    ws = _workspace(n, n, 0)
+    s_max = _slope_floor(T)
+    res = np.empty(0)
+    x = np.empty(n)
+    q = np.empty(n, dtype=np.int64)
+    r = np.empty(n)
+    for col in range(c0, c1):
+        r_max = 0.0
+        for i in range(n):
+            r[i] = R[i, col]
+            r_max = max(r_max, abs(r[i]))
+            x[i] = X[i, col]
+            q[i] = Q[i, col]
+        st, it = _column(src, r, res, T, x, q, tol, r_max + s_max, max_iter, ws)
+        for i in range(n):
+            X[i, col] = x[i]
+            Q[i, col] = q[i]
+        status[col] = st
+        iters[col] = it
+
+
+@njit(nogil=True, fastmath=FAST)
+def _design_range(src, D, T, X, Q, tol, max_iter, c0, c1, status, iters):
+    """Columns c0..c1-1 of X, design form: D (m, c) the right-hand sides."""
+    n = X.shape[0]
+    m = D.shape[0]
+    ws = _workspace(n, min(n, m), m)
+    s_max = _slope_floor(T)
+    res = np.empty(m)
+    x = np.empty(n)
+    q = np.empty(n, dtype=np.int64)
+    r = np.zeros(n)
+    for col in range(c0, c1):
+        for t in range(m):
+            res[t] = -D[t, col]
+        r_max = 0.0  # max |C'd|: the scale of the gradient
+        for i in range(n):
+            r_max = max(r_max, abs(_gradient(src, x, res, r, i)))
+        for i in range(n):
+            x[i] = 0.0
+            q[i] = Q[i, col]
+            _set(src, x, res, i, X[i, col])
+        st, it = _column(src, r, res, T, x, q, tol, r_max + s_max, max_iter, ws)
+        for i in range(n):
+            X[i, col] = x[i]
+            Q[i, col] = q[i]
+        status[col] = st
+        iters[col] = it
+
+
+def _tables(faces):
+    return np.ascontiguousarray(np.stack([np.asarray(faces.tables[k], np.float64) for k in TABLES]))
+
+
+def _start(faces, X0, shape):
+    """The projected start (a fresh float64 C array) and its states."""
+    X = np.array(faces.project(np.asarray(X0, dtype=np.float64)), dtype=np.float64, order="C")
+    if X.shape != shape:
+        raise ValueError(f"X0 must have shape {shape}, got {X.shape}")
+    return X, np.ascontiguousarray(faces.states(X), dtype=np.int64)
+
+
+def _run(kernel, work_per_column, c, threads):
+    """``kernel(c0, c1)`` over column ranges on the sweep's threads."""
+    n_threads = sweep_threads(work_per_column * c, c, thread_cap(threads))
+    chunks = 1 if n_threads == 1 else min(c, 8 * n_threads)
+    bounds = np.linspace(0, c, chunks + 1).astype(np.int64)
+    run_ranges(lambda k: kernel(bounds[k], bounds[k + 1]), chunks, n_threads)
+
+
+def pwl_active_set(A, R, faces, X0, *, tol=1e-12, max_iter=None, threads=None):
+    """Exact ``min 1/2 x'Ax + r'x + h(x)`` for every column, by the active set above.
+
+    Parameters
+    ----------
+    A : (n, n) array_like
+        Symmetric positive semidefinite (singular allowed).
+    R : (n, c) array_like
+    faces : msm_gpu.finish.run.Faces
+        The penalty's face tables, built on NumPy.
+    X0 : (n, c) array_like
+        Start; projected into the bounds (the states follow from the values).
+    tol : float
+        A held variable counts as optimal while its one-sided derivatives are within
+        ``tol (max A_jj max|x| + max|r| + max|slope|)`` of the KKT conditions.
+    max_iter : int, optional
+        Face solves per column; default ``3 n + 30``.
+    threads : int, optional
+        Most threads (default: from the work and the CPUs available).
+
+    Returns
+    -------
+    X : (n, c) float64 ndarray
+        Feasible, F never above the start's (monotone steps).
+    status : (c,) int8 ndarray
+        1: the KKT conditions hold; 0: not finished in ``max_iter``; -1: F unbounded
+        below along a direction of zero curvature.
+    iterations : (c,) int64 ndarray
+    """
+    A = np.ascontiguousarray(A, dtype=np.float64)
+    R = np.ascontiguousarray(R, dtype=np.float64)
+    n, c = R.shape
+    X, Q = _start(faces, X0, (n, c))
+    T = _tables(faces)
+    max_iter = 3 * n + 30 if max_iter is None else int(max_iter)
+    status = np.zeros(c, dtype=np.int8)
+    iters = np.zeros(c, dtype=np.int64)
+    if c:
+
+        def kernel(c0, c1):
+            _gram_range(A, R, T, X, Q, tol, max_iter, c0, c1, status, iters)
+
+        _run(kernel, 4.0 * (n**3 / 48.0 + n * n), c, threads)
+    return X, status, iters
+
+
+def pwl_active_set_design(
+    C, D, faces, X0=None, *, scale=None, tol=1e-12, max_iter=None, threads=None
+):
+    """:func:`pwl_active_set` for A = C'C, r = -C'd, reading C: ``min 1/2 ||C x - d||^2 +
+    h(x)`` per column of D, with nothing n x n formed.
+
+    Parameters
+    ----------
+    C : (m, n) ndarray or scipy.sparse matrix
+        Dense or sparse (converted to CSC once).
+    D : (m, c) array_like
+    scale : (n,) array_like, optional
+        Solve for y with C diag(scale) in place of C (the finish's equilibration: columns
+        of comparable norms, as the join test is relative to them); applied as the
+        columns are copied, no scaled C is formed.  The faces are those of y.
+    faces, tol, max_iter, threads
+        As in :func:`pwl_active_set`.
+    X0 : (n, c) array_like, optional
+        Start (zeros by default).
+
+    Returns
+    -------
+    X, status, iterations
+        As in :func:`pwl_active_set`.
+    """
+    import scipy.sparse
+
+    D = np.ascontiguousarray(D, dtype=np.float64)
+    m, c = D.shape
+    n = C.shape[1]
+    if C.shape[0] != m:
+        raise ValueError(f"D must have {C.shape[0]} rows to match C {C.shape}, got {D.shape}")
+    s = np.ones(n) if scale is None else np.asarray(scale, dtype=np.float64).reshape(n)
+    if scipy.sparse.issparse(C):
+        csc = scipy.sparse.csc_matrix(C, dtype=np.float64)  # a copy only if not CSC
+        csc.sort_indices()
+        counts = np.diff(csc.indptr)
+        src = (
+            csc.indptr.astype(np.int64),
+            csc.indices.astype(np.int64),
+            np.repeat(s, counts) * csc.data,  # the columns scaled: a fresh array
+        )
+        per_column = 4.0 * csc.nnz * 10
+    else:
+        # the columns of C diag(s) as rows: one pass, C-ordered
+        ct = np.multiply(np.asarray(C).T, s[:, None], dtype=np.float64, order="C")
+        src = (ct, s)
+        per_column = 4.0 * m * n * 10
+    X, Q = _start(faces, np.zeros((n, c)) if X0 is None else X0, (n, c))
+    T = _tables(faces)
+    max_iter = 3 * n + 30 if max_iter is None else int(max_iter)
+    status = np.zeros(c, dtype=np.int8)
+    iters = np.zeros(c, dtype=np.int64)
+    if c:
+
+        def kernel(c0, c1):
+            _design_range(src, D, T, X, Q, tol, max_iter, c0, c1, status, iters)
+
+        _run(kernel, per_column, c, threads)
+    return X, status, iters
