@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Mutation testing of msm_gpu with cosmic-ray (slow: not part of CI).
 #
-# Mutates penalties.py, splitting.py, driver.py, api.py and backends/cpu_kernels.py one module
+# Mutates penalties/__init__.py, solvers/splitting.py, solvers/msm.py, _api.py and backends/cpu/kernels.py one module
 # at a time, in a COPY of the repository (the checkout is never modified), and runs for each
 # mutant only the test files that exercise that module (benchmarks/mutation/<module>.toml;
 # `pytest -x`, per-mutant time limit).  Results, survivors and a report go to the output

@@ -21,7 +21,7 @@
 //                      panel layout: the folded matrix (base.fold_matrix), of which only
 //                      the upper in-panel triangle is read (A_ji = A_ij, i < j)
 //   rowtab  (np, 8)    per row [B_jj, 1/B_jj, lam, lb, ub, p, C_jj, 0]
-//   stats   (4, ld_stats) float64 per active column c (see cpu_kernels.sweep_chunks):
+//   stats   (4, ld_stats) float64 per active column c (see backends/cpu/kernels.sweep_chunks):
 //                      [0] sum 1/2 b (z^2 - x^2) + w (z - x) + 1/2 C_jj (z - x)^2
 //                      [1] sum h(z)   [2] sum (z - x)^2   [3] sum x^2
 //                      fused: written once per iteration; panel: the first panel writes,
@@ -34,14 +34,14 @@
 // of z_i/x_i from the shared tile, one vector load of A[i, J], MSM_ROW_BLOCK FMAs), then
 // the small triangle inside J is solved in registers.
 //
-// Geometry, shared memory sizes and the choice of layout: msm_gpu/backends/cuda_geometry.py
-// and msm_gpu/backends/cuda_model.py.
+// Geometry, shared memory sizes and the choice of layout: msm_gpu/backends/cuda/geometry.py
+// and msm_gpu/backends/cuda/model.py.
 #include "prox.cuh"
 
 // MSM_ROW_BLOCK (rows solved together in registers) comes from the prelude that
-// msm_gpu.backends.cuda.penalty_prelude writes from cuda_geometry.ROW_BLOCK.
+// msm_gpu.backends.cuda.penalty_prelude writes from geometry.ROW_BLOCK (backends/cuda/geometry.py).
 #ifndef MSM_ROW_BLOCK
-#error "MSM_ROW_BLOCK must be defined by the prelude (cuda_geometry.ROW_BLOCK)"
+#error "MSM_ROW_BLOCK must be defined by the prelude (geometry.ROW_BLOCK (backends/cuda/geometry.py))"
 #endif
 #define MSM_ROWTAB 8
 #define MSM_MAX_THREADS 256
@@ -101,7 +101,7 @@ __device__ __forceinline__ void msm_outer_terms(const T* a, int lda, int j0, con
     }
 }
 
-// Per-column statistics, accumulated in float64 as in cpu_kernels.sweep_chunks.
+// Per-column statistics, accumulated in float64 as in backends/cpu/kernels.sweep_chunks.
 struct MsmStats {
     double quad = 0.0, h = 0.0, d2 = 0.0, x2 = 0.0;
 

@@ -6,7 +6,7 @@
 //     t* = argmin_t  1/2 b t^2 + w t + h(t),        b > 0,
 //
 // for a penalty given by an integer code and the per-row table [lam, lb, ub, p].
-// msm_prox() reproduces cpu_kernels.prox_scalar line by line: the same branches, the
+// msm_prox() reproduces backends/cpu/kernels.prox_scalar line by line: the same branches, the
 // same order of operations and the same tie rules (a tie between 0 and a nonzero point
 // returns 0).  Arithmetic is done in T (float or double), as the kernel stores.
 //

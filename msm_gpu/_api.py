@@ -1,31 +1,22 @@
-"""Public entry points: validate -> pick backend -> driver -> result."""
+"""The front doors: :func:`solve`, :func:`least_squares` and :func:`nnls`.
+
+Each checks nothing itself: an in-memory call goes to :mod:`msm_gpu.run` (validation,
+rescaling, the method, the result), a Dask right-hand side to :mod:`msm_gpu.dask.solve`
+(one in-memory call per column block).  The signatures and docstrings users read live
+here; the defaults come from :class:`~msm_gpu.options.SolveOptions`.
+"""
 
 from __future__ import annotations
 
-import time
-
-import numpy as np
-
-from ._input import validation as v
-from ._input.problem import gram_problem, prepare_design, prepare_solve, user_outcome
-from .arrays import aligned_empty, is_sparse, to_host
-from .dask import solve as distributed
-from .finish.design_form import (
-    check_representation,
-    choose_representation,
-    design_applies,
-    solve_design,
-)
-from .finish.run import run_msm_finished
+from . import run
+from .dask import solve as dask_solve
+from .dask.solve import any_dask
 from .options import SolveOptions
-from .penalties import NonNeg, Zero
+from .penalties import NonNeg
 from .result import SolveResult
-from .solvers import ProxGradMethod
-from .solvers.loop import run_iterations
-from .solvers.msm import MsmMethod
-from .solvers.splitting import make_splitting, relative_theta
 
 _DEFAULTS = SolveOptions()
+_OPTION_NAMES = frozenset(SolveOptions.names())
 
 
 def solve(
@@ -117,7 +108,7 @@ def solve(
     verbose : bool
         Show a tqdm progress bar (iterations, objective, active columns).
     finish : {"auto", "exact", None}
-        Solve exactly on the face the MSM sweeps found (``msm_gpu/finish.py``): on the CPU
+        Solve exactly on the face the MSM sweeps found (``msm_gpu/finish/run.py``): on the CPU
         with n <= 1024 an active set per column (no sweeps first where x = 0 is a vertex
         of h); above, or on a GPU, factorised faces, or under "auto" conjugate gradients
         for n > 1024 (n > 128 on a GPU).  "auto" is skipped for ``tol=0`` (a fixed number
@@ -156,125 +147,10 @@ def solve(
     >>> np.round(res.x, 6)
     array([0.5, 0. ])
     """
-    # -- dask hook: a dask R is solved block by block (msm_gpu/distributed.py) --
-    if distributed.any_dask(A, R, x0):
-        return distributed.solve(**locals())
-    started = time.perf_counter()
-    penalty = Zero() if penalty is None else v.check_penalty(penalty)
-    options = SolveOptions(
-        omega=omega,
-        theta=theta,
-        tol=tol,
-        max_iter=max_iter,
-        time_limit=time_limit,
-        record_objective=record_objective,
-        callback=callback,
-        panel=panel,
-        check_convergence=check_convergence,
-        method=method,
-        verbose=verbose,
-        finish=finish,
-        threads=threads,
-    )
-    problem = prepare_solve(
-        A,
-        R,
-        penalty,
-        x0,
-        backend,
-        check_psd=bool(check_convergence),
-        any_size=finish is not None and method == "msm" and penalty.is_convex,
-        known_psd=_known_psd,
-    )
-    return _solve_on_backend(problem, started, options)
-
-
-def _solve_on_backend(problem, started, options):
-    """Run the chosen method on a prepared (rescaled) problem through the loop."""
-    be, a, r, penalty = problem.backend, problem.a, problem.r, problem.penalty
-    opts = options.checked(a.shape[0])
-    if problem.x0 is not None:
-        x_init = problem.x0
-    elif be.on_host:  # aligned for the sweep's vector loads (arrays.HOST_ALIGN)
-        x_init = aligned_empty(r.shape, r.dtype)
-        x_init[...] = 0
-    else:
-        x_init = be.xp.zeros_like(r)
-
-    loop_options = {
-        "tol": opts.tol,
-        "max_iter": opts.max_iter,
-        "time_limit": opts.time_limit,
-        "record_objective": opts.record_objective,
-        "callback": opts.callback,
-        "to_user": problem.to_user,
-        "start_time": started,
-        "x_floor": problem.x_floor,
-        "verbose": opts.verbose,
-        "objective_to_user": problem.scaling.fun_to_user,
-    }
-    n_cols = r.shape[1]
-    if opts.method != "msm":
-        stepper = ProxGradMethod(opts.method, be, a, r, x_init, penalty)
-        out = run_iterations(stepper, n_cols=n_cols, **loop_options)
-    else:
-        diag_a = np.asarray(to_host(be.xp.diagonal(a)), dtype=np.float64)
-        splitting = make_splitting(
-            diag_a,
-            opts.omega,
-            relative_theta(diag_a, opts.theta),
-            penalty.is_convex,
-            check=opts.check_convergence,
-        )
-        if not opts.finishes:  # the paper's plain MSM
-            # x_init is a fresh array (scaled x0 or zeros) that nothing reads afterwards
-            stepper = MsmMethod(
-                be,
-                a,
-                r,
-                x_init,
-                penalty,
-                splitting,
-                opts.panel,
-                threads=opts.threads,
-                x0_owned=True,
-            )
-            out = run_iterations(stepper, n_cols=n_cols, **loop_options)
-        else:  # sweeps find the face, an exact solve on it finishes (finish.py)
-            out = run_msm_finished(
-                be,
-                a,
-                r,
-                x_init,
-                penalty,
-                splitting,
-                finish=opts.finish,
-                panel=opts.panel,
-                psd_known=problem.psd_known,
-                fine=problem.fine,
-                design=problem.design,
-                threads=opts.threads,
-                **loop_options,
-            )
-    user = user_outcome(problem, out)
-    if opts.method == "msm":
-        user["info"]["theta"] = opts.theta
-        user["info"]["theta_abs"] = problem.scaling.curvature_to_user(splitting.theta)
-    return SolveResult(
-        x=user["x"],
-        fun=user["fun"],
-        n_iter=out.n_iter,
-        converged=bool(user["converged_columns"].all()),
-        message=user["message"],
-        objective=user["objective"],
-        backend=be.name,
-        time=time.perf_counter() - started,
-        method=opts.method,
-        converged_columns=user["converged_columns"],
-        n_iter_columns=out.n_iter_columns,
-        timings=out.timings,
-        info=user["info"],
-    )
+    options = {name: value for name, value in locals().items() if name in _OPTION_NAMES}
+    if any_dask(A, R, x0):  # a dask R: solved block by block (msm_gpu/dask/solve.py)
+        return dask_solve.solve(A, R, penalty, x0=x0, backend=backend, **options)
+    return run.solve(A, R, penalty, x0=x0, backend=backend, known_psd=_known_psd, **options)
 
 
 def least_squares(
@@ -294,7 +170,7 @@ def least_squares(
     x0, backend, **options
         As in :func:`solve`.
     representation : {"auto", "gram", "design"}
-        How the quadratic is held (``msm_gpu/design_solve.py``): "gram" forms A = C'C and
+        How the quadratic is held (``msm_gpu/finish/design_form.py``): "gram" forms A = C'C and
         R = -C'D (n x n) once; "design" keeps C (dense or sparse) and each column's
         residual C x - d, forming nothing n x n (the exact finish's active set from x0,
         on the CPU, convex penalties, no callback or progress bar).  "auto" (default):
@@ -322,45 +198,36 @@ def least_squares(
     >>> mg.least_squares(C, d, mg.L0(0.4)).x  # hard thresholding at sqrt(2 lam) = 0.89
     array([ 2.,  0., -1.])
     """
-    # -- dask hook: a dask D is solved block by block (msm_gpu/distributed.py) --
-    if distributed.any_dask(C, D, x0):
-        return distributed.least_squares(C, D, penalty, x0=x0, backend=backend, **options)
-    started = time.perf_counter()
-    penalty = Zero() if penalty is None else v.check_penalty(penalty)
-    user_options = options
-    options = SolveOptions.from_keywords(**options)
-    check_representation(representation)
-    base = prepare_design(C, D, penalty, x0, backend)
-    c = base.design.c
-    n_rhs = base.design.d.shape[1] if len(base.design.d.shape) == 2 else 1
-    why_not = design_applies(options, penalty, base.backend.on_host)
-    form = choose_representation(representation, c.shape, is_sparse(c), n_rhs, why_not)
-    if form == "design":
-
-        def gram_fallback(cols, x0_cols):
-            d_cols = D if len(D.shape) == 1 else D[:, cols]
-            return least_squares(
-                C,
-                d_cols,
-                penalty,
-                x0=x0_cols,
-                backend=backend,
-                representation="gram",
-                **user_options,
-            )
-
-        return solve_design(base, options, started, gram_fallback)
-    problem = gram_problem(base, penalty, fine_gram=options.finishes)
-    result = _solve_on_backend(problem, started, options)
-    result.info["representation"] = "gram"
-    return result
+    if any_dask(C, D, x0):  # a dask D: solved block by block (msm_gpu/dask/solve.py)
+        if representation != "auto":
+            options["representation"] = representation
+        return dask_solve.least_squares(C, D, penalty, x0=x0, backend=backend, **options)
+    return run.least_squares(
+        C, D, penalty, x0=x0, backend=backend, representation=representation, **options
+    )
 
 
 def nnls(C, D, **kwargs) -> SolveResult:
-    """Nonnegative least squares min_{X >= 0} 1/2 ||C X - D||_F^2 by MSM.
+    """Nonnegative least squares min_{X >= 0} 1/2 ||C X - D||_F^2, every column at once.
 
-    Same as ``least_squares(C, D, NonNeg(), **kwargs)``; D may hold r right-hand sides
-    as columns, solved together.  Keywords as in :func:`solve`.
+    Same as ``least_squares(C, D, NonNeg(), **kwargs)``.  By default the answer is exact
+    (the one SciPy's ``nnls`` gives per column): on the CPU an active set per column, on
+    the GPU MSM sweeps followed by the exact finish.
+
+    Parameters
+    ----------
+    C : (m, n) array_like or sparse matrix
+        The design (NumPy, CuPy, SciPy/cupyx sparse or Dask).
+    D : (m,) or (m, r) array_like
+        One right-hand side, or r of them as columns (r independent problems).
+    **kwargs
+        Any keyword of :func:`least_squares` (``x0``, ``backend``, ``representation``)
+        and of :func:`solve` (``tol``, ``max_iter``, ``finish``, ``callback``, ...).
+
+    Returns
+    -------
+    SolveResult
+        ``x`` of shape (n,) or (n, r), in D's array type; see :func:`solve`.
 
     Examples
     --------

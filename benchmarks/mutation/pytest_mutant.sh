@@ -8,11 +8,11 @@
 # MUTATION_SKIP_NEW=1 those files are dropped on purpose, for the "before" score).
 #
 # Numba kernel cache.  msm_gpu compiles its kernels with cache=True into $MSM_GPU_CACHE_DIR
-# (msm_gpu/backends/jit.py).  Numba's cache index is keyed by the defining file's path and its
+# (msm_gpu/backends/cpu/jit.py).  Numba's cache index is keyed by the defining file's path and its
 # (mtime, size) stamp only: it does NOT see the globals a kernel freezes in from other
-# modules (cpu_kernels.py inlines CODE_BOX, ... from penalties.py), so a mutant of
+# modules (cpu/kernels.py inlines CODE_BOX, ... from penalties.py), so a mutant of
 # penalties.py could be served kernels compiled with the original constants.  Here the cache
-# folder is content-addressed instead: its name is a hash of cpu_kernels.py plus the
+# folder is content-addressed instead: its name is a hash of cpu/kernels.py plus the
 # module-level constants of penalties.py (everything of the five mutated modules that Numba
 # compiles into a kernel).  Mutants that do not touch those share the warm cache of the
 # unmutated code; every other mutant gets a folder of its own, compiled from scratch and
@@ -24,8 +24,8 @@ root=$(pwd)
 base=${MUTATION_CACHE_BASE:-$root/.mutation-cache}
 key=$(
     {
-        cat msm_gpu/backends/cpu_kernels.py
-        grep -E '^[A-Z_][A-Z0-9_]*( *,[ A-Z0-9_]*)* *=' msm_gpu/penalties.py
+        cat msm_gpu/backends/cpu/kernels.py
+        grep -E '^[A-Z_][A-Z0-9_]*( *,[ A-Z0-9_]*)* *=' msm_gpu/penalties/__init__.py
     } | sha1sum | cut -c1-16
 )
 if [[ "${1:-}" == --print-key ]]; then

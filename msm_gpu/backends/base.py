@@ -2,7 +2,7 @@
 
 A backend turns a validated problem into a :class:`SweepState`, an object that owns the
 iterate in whatever layout suits the hardware and performs whole MSM iterations on the
-*active* columns.  The driver (``msm_gpu/driver.py``) only sees per-column statistics,
+*active* columns.  The driver (``msm_gpu/solvers/msm.py``) only sees per-column statistics,
 so stopping rules, objective bookkeeping and history are written once for every backend.
 """
 
@@ -105,7 +105,7 @@ class SweepState(ABC):
         -------
         stats : array (N_STATS, n_active), float64, backend namespace
             Per active column: STAT_QUAD, STAT_HZ, STAT_DIFF2, STAT_XNORM2 (see
-            ``cpu_kernels.sweep_chunks``).
+            ``kernels.sweep_chunks``).
         """
 
     @abstractmethod
@@ -153,7 +153,7 @@ class Backend(ABC):
 
     ``on_host``
         Arrays live in host memory as NumPy arrays, so host-only solvers (SciPy,
-        the Numba active-set codes of ``apps/nmf_solvers``) can run on them.
+        the Numba active-set codes of ``factorization/solvers.py``) can run on them.
     """
 
     name: str

@@ -12,7 +12,7 @@ column chunks, W' (k x m) with Y's row chunks.  One outer iteration is
 
 and the objective 1/2 ||Y - WH||^2 comes from G_h and P_w as in memory (O(m k^2)); only
 k x k matrices and scalars reach the client.  Each block product is the in-memory one
-(``nmf._Data`` on the block), so the fit follows the in-memory fit from the same start.
+(``nmf.Data`` on the block), so the fit follows the in-memory fit from the same start.
 
 Inner iterations.  In memory a half-step stops its sweeps by one rule over *all* columns
 (``||X_l - X_{l-1}|| <= inner_tol ||X_1 - X_0||``, Gillis & Glineur).  To reproduce it, an
@@ -44,20 +44,20 @@ import warnings
 
 import numpy as np
 
-from ..apps.nmf import (
-    _check_data,
-    _check_params,
-    _Data,
-    _dtype_of,
-    _is_sparse,
-    _use_extrapolation,
-    finish_half_steps,
-)
 from ..arrays import is_cupy, namespace, to_host
 from ..backends import get_backend
 from ..factorization import solvers as ns
 from ..factorization.extrapolation import Extrapolation
-from ..factorization.init import _random_source
+from ..factorization.init import random_source
+from ..factorization.loop import (
+    Data,
+    check_data,
+    check_params,
+    dtype_of,
+    finish_half_steps,
+    is_sparse,
+    use_extrapolation,
+)
 
 #: Solvers whose half-step can run block by block with the in-memory result.
 DASK_SOLVERS = ("msm", "hals", "bpp", "cgd")
@@ -73,7 +73,7 @@ def fit_transform(model, Y, W=None, H=None):
     import dask.array as da
 
     p = model.get_params()
-    _check_params(p)
+    check_params(p)
     if p["solver"] not in DASK_SOLVERS:
         raise ValueError(
             f"solver={p['solver']!r} is not available for a dask Y (its half-step couples "
@@ -90,7 +90,7 @@ def fit_transform(model, Y, W=None, H=None):
             UserWarning,
             stacklevel=3,
         )
-    dtype = _dtype_of(Y)
+    dtype = dtype_of(Y)
     ctx = _Context(Y, backend, dtype, k)
     norm2, total, nnz = ctx.statistics()
     if p["init"] == "custom" or (W is not None and H is not None):
@@ -104,7 +104,7 @@ def fit_transform(model, Y, W=None, H=None):
                 f"init={p['init']!r} needs an SVD of all of Y; for a dask Y use "
                 "init='random' (the default there) or init='custom' with W and H"
             )
-        source = _random_source(p["random_state"])
+        source = random_source(p["random_state"])
         if isinstance(source, np.random.Generator):
             seed = int(source.integers(0, 2**63 - 1))
         else:
@@ -114,7 +114,7 @@ def fit_transform(model, Y, W=None, H=None):
         h = avg * abs(rng.standard_normal((k, d), chunks=((k,), ctx.cols)))
         wt = avg * abs(rng.standard_normal((k, m), chunks=((k,), ctx.rows)))
         h, wt = ctx.to_blocks(h), ctx.to_blocks(wt)
-    wt, h, info = _run(ctx, wt, h, p, norm2, nnz)
+    wt, h, info = run(ctx, wt, h, p, norm2, nnz)
     info["reconstruction_err"] = ctx.exact_error(wt, h, norm2)
     W_out = wt.T
     model.components_ = h
@@ -133,13 +133,13 @@ def transform(model, Y):
     blockwise on Y's row chunks (returns a persisted dask array, Y's row chunks)."""
     model._check_fitted()
     p = model.get_params()
-    _check_params(p)
+    check_params(p)
     _check_dask_data(Y)
     k, d = model.components_.shape
     if Y.shape[1] != d:
         raise ValueError(f"Y has {Y.shape[1]} features, but NMF was fitted with {d}")
     backend = _backend_name(p, Y)
-    ctx = _Context(Y, backend, _dtype_of(Y), k)
+    ctx = _Context(Y, backend, dtype_of(Y), k)
     ctx.statistics()  # the value checks of Y
     h = ctx.factor(model.components_, (k, d), "components_", transpose=False)
     g = ctx.gram(h)
@@ -181,10 +181,10 @@ def _backend_name(p, Y):
     return name
 
 
-# -- the alternating loop (mirrors nmf._run) -----------------------------------------------
+# -- the alternating loop (mirrors nmf.run) -----------------------------------------------
 
 
-def _run(ctx, wt, h, p, norm2, nnz):
+def run(ctx, wt, h, p, norm2, nnz):
     m, d = ctx.shape
     k = ctx.k
     if p["inner_iter"] == "auto":
@@ -192,7 +192,7 @@ def _run(ctx, wt, h, p, norm2, nnz):
     else:
         inner_h = inner_w = int(p["inner_iter"])
     opts = {"inner_tol": p["inner_tol"], "omega": p["omega"], "theta": p["theta"]}
-    opts["finish"] = finish_half_steps(p["finish"], _is_sparse(ctx.Y._meta))
+    opts["finish"] = finish_half_steps(p["finish"], is_sparse(ctx.Y._meta))
     solver = p["solver"]
     tol, max_iter, time_limit = p["tol"], p["max_iter"], p["time_limit"]
 
@@ -209,8 +209,8 @@ def _run(ctx, wt, h, p, norm2, nnz):
 
         bar = tqdm(total=max_iter, desc=f"NMF ({solver}, k={k}, dask)", unit="it")
     n_iter = 0
-    # extrapolation and the best pair exactly as in memory (nmf._run)
-    ex = Extrapolation() if _use_extrapolation(p) else None
+    # extrapolation and the best pair exactly as in memory (nmf.run)
+    ex = Extrapolation() if use_extrapolation(p) else None
     h_prev, w_prev = h, wt
     best = (f, wt, h)
     try:
@@ -323,7 +323,7 @@ class _Context:
             raise ValueError(f"init='custom' needs {name}")
         if tuple(F.shape) != shape:
             raise ValueError(f"{name} must have shape {shape}, got {tuple(F.shape)}")
-        if _is_sparse(F):
+        if is_sparse(F):
             F = F.toarray()
         if not (hasattr(F, "dask") and hasattr(F, "chunks")):
             host = to_host(F)
@@ -418,7 +418,7 @@ class _Context:
         """||Y - WH||_F: blockwise for dense Y, by the Gram identity for sparse Y."""
         import dask.array as da
 
-        if _is_sparse(self.Y._meta):
+        if is_sparse(self.Y._meta):
             return math.sqrt(2.0 * self.objective(norm2, wt, self.gram(h), self.h_yt(h)))
         nr, nc = len(self.rows), len(self.cols)
         parts = da.blockwise(
@@ -546,10 +546,10 @@ def _backend_for(name, *blocks):
 
 
 def _block_statistics(y, *, backend):
-    _check_data(y)  # finite, >= 0, with the in-memory messages
+    check_data(y)  # finite, >= 0, with the in-memory messages
     be = _backend_for(backend, y)
-    dtype = _dtype_of(y)
-    data = _Data(y, be, dtype)
+    dtype = dtype_of(y)
+    data = Data(y, be, dtype)
     if data.sparse:
         total = float(data.y.data.astype(np.float64).sum())
     else:
@@ -568,14 +568,14 @@ def _gram_block(x):
 def _wt_y_block(wt, y, *, backend):
     be = _backend_for(backend, y, wt)
     dtype = wt.dtype
-    data = _Data(y, be, dtype)
+    data = Data(y, be, dtype)
     return data.wt_y(be.asarray(wt, dtype).T)[None]
 
 
 def _h_yt_block(h, y, *, backend):
     be = _backend_for(backend, y, h)
     dtype = h.dtype
-    data = _Data(y, be, dtype)
+    data = Data(y, be, dtype)
     return data.h_yt(be.asarray(h, dtype))[None]
 
 
@@ -589,7 +589,7 @@ def _objective_block(wt, p_w, *, g_h):
 
 def _residual_block(wt, h, y, *, backend):
     be = _backend_for(backend, y, h)
-    data = _Data(y, be, h.dtype)
+    data = Data(y, be, h.dtype)
     r = data.y - be.asarray(wt, h.dtype).T @ be.asarray(h, h.dtype)
     xp = be.xp
     return np.array([[float(xp.sum(xp.astype(r * r, xp.float64)))]])

@@ -32,7 +32,7 @@ def is_dask_array(x) -> bool:
 
 
 def any_dask(*arrays) -> bool:
-    """True when one of the arrays is a dask array (the api.py dispatch test)."""
+    """True when one of the arrays is a dask array (the front doors' dispatch test)."""
     return any(is_dask_array(a) for a in arrays if a is not None)
 
 
@@ -151,7 +151,7 @@ def _combined_objective(blocks):
     return total
 
 
-# -- entry points (called from api.py's dask hook) ------------------------------------------
+# -- entry points (called from the front doors' dask hook, msm_gpu/_api.py) ------------
 
 
 def solve(A, R, penalty=None, *, x0=None, callback=None, **options) -> DaskSolveResult:
@@ -278,16 +278,16 @@ def _check_options_eagerly(kind, A, n, penalty, options):
     convergence condition delta > 0).  For a dask A / C, whose values stay on the
     workers, the options are checked against the identity and the matrix per block.
     """
-    from .. import _api as api
+    from .. import run
 
     if "max_iter" in options:
         v.check_int(options["max_iter"], "max_iter", low=0)
     probe = {**options, "max_iter": 0}
     if is_dask_array(A):
-        api.solve(np.eye(n), np.zeros((n, 1)), penalty, **probe)
+        run.solve(np.eye(n), np.zeros((n, 1)), penalty, **probe)
         return
     zeros = _module(A).zeros((A.shape[0], 1), dtype=np.float64)
-    fn = api.solve if kind == "solve" else api.least_squares
+    fn = run.solve if kind == "solve" else run.least_squares
     fn(A, zeros, penalty, **probe)
 
 
@@ -304,9 +304,9 @@ def _module(x):
 
 def _solve_block(r, a, x0=None, *, kind, penalty, options):
     """One in-memory solve of a column block; returns a 1 x 1 object array (its result)."""
-    from .. import _api as api
+    from .. import run
 
-    fn = api.solve if kind == "solve" else api.least_squares
+    fn = run.solve if kind == "solve" else run.least_squares
     out = np.empty((1, 1), dtype=object)
     out[0, 0] = fn(a, r, penalty, x0=x0, **options)
     return out

@@ -50,7 +50,7 @@ def resolve_init(init, k, shape):
     return init
 
 
-def _random_source(random_state):
+def random_source(random_state):
     """A ``RandomState`` (scikit-learn's stream) or the given ``Generator``."""
     if isinstance(random_state, np.random.Generator):
         return random_state
@@ -104,7 +104,7 @@ def initialize(Y, k, init, random_state=None, eps=1e-6):
     else:
         y = y.astype(dtype)
     mean = y.dtype.type(y.mean())  # in Y's dtype, as scikit-learn
-    source = _random_source(random_state)  # validates random_state
+    source = random_source(random_state)  # validates random_state
     if init == "random":
         avg = np.sqrt(mean / k)
         H = avg * source.standard_normal(size=(k, d)).astype(dtype, copy=False)
@@ -112,7 +112,7 @@ def initialize(Y, k, init, random_state=None, eps=1e-6):
         return np.abs(W).astype(dtype, copy=False), np.abs(H).astype(dtype, copy=False)
     # as scikit-learn: the SVD gets the seed itself, the nndsvdar fill a fresh stream
     W, H = _nndsvd(y, k, _svd_seed(random_state))
-    source = _random_source(random_state)
+    source = random_source(random_state)
     W[W < eps] = 0
     H[H < eps] = 0
     if init == "nndsvda":

@@ -303,7 +303,7 @@ def apg(G, P, X, *, max_inner, inner_tol):
 
 
 # The passive-set solves (Kim & Park's grouping, one Cholesky per group or per column)
-# live in msm_gpu/facesolve.py, shared with the exact finish of msm_gpu.solve.
+# live in msm_gpu/finish/face_solves.py, shared with the exact finish of msm_gpu.solve.
 
 
 def bpp(G, P, X, *, max_inner=None, inner_tol=None):

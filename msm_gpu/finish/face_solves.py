@@ -5,7 +5,7 @@ F (``passive``, bool k x c) is the free set of each column; X is zero off F.  Th
 ``solve_passive``          NumPy: columns sharing a free set are grouped (Van Benthem &
                            Keenan 2004; Kim & Park 2011) and each large group is solved with
                            one Cholesky, the rest one Cholesky per column in Numba.  Used by
-                           ``apps.nmf_solvers.bpp`` and by the exact finish on the CPU.
+                           ``factorization.solvers.bpp`` and by the exact finish on the CPU.
 ``solve_passive_batched``  Array API (NumPy or CuPy): the same grouping, but the systems are
                            padded to k x k (identity on the rows off F) and factorised in one
                            batched call, so many small groups do not serialise a GPU.

@@ -24,7 +24,7 @@ and the KKT conditions read: a free variable lies inside its piece, and a fixed 
 a point with slopes s- (left) and s+ (right) has  g + s+ >= 0  and  g + s- <= 0,  where
 g = A x + r.  A violation moves the variable to the neighbouring point or piece; all
 violators move at once, with Judice & Pires' backup rule (one variable, the last) when a
-column stops improving, as ``apps.nmf_solvers.bpp`` does for NNLS.
+column stops improving, as ``factorization.solvers.bpp`` does for NNLS.
 
 Nonconvex penalties (L0, Lp)
 ----------------------------

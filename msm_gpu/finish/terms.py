@@ -6,7 +6,7 @@ against the array API (NumPy and CuPy).  On the host each costs a dozen NumPy pa
 calls (about 0.04 and 0.09 ms at n = 20, 100 columns: together about a quarter of a small
 ``mg.nnls`` call); here the product ``A X`` stays one BLAS call and everything else is one
 loop over the entries, with the scalar formulas the sweeps use
-(``backends/cpu_kernels.h_scalar`` / ``prox_scalar``, checked against the array-API ones
+(``backends/cpu/kernels.h_scalar`` / ``prox_scalar``, checked against the array-API ones
 by ``tests/test_penalty_codes.py``).  ``tests/test_finish_terms.py`` checks these
 results against the array-API code.
 """

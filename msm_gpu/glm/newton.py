@@ -61,13 +61,13 @@ import time
 
 import numpy as np
 
-from .._api import solve
 from .._input import validation as v
 from ..arrays import is_cupy, to_host
 from ..backends import get_backend
 from ..penalties import Zero
 from ..penalties.rows import RowPenalty
 from ..result import SolveResult
+from ..run import solve
 from ..solvers.loop import IterativeMethod, StepReport, run_iterations
 from .losses import GLMLoss, Quadratic
 from .newton_host import HostNewtonMethod, forcing_tolerance
@@ -541,7 +541,7 @@ def _inner(a, grad, w, penalty, tol, max_iter, be, stats):
         finish=None,
         # the model Hessian is X' diag(w) X (or Bohning's bound), PSD by construction:
         # no symmetry test and no Cholesky test per inner solve (O(n^2) + O(n^3))
-        _known_psd=True,
+        known_psd=True,
     )
     stats["inner_iterations"] += res.n_iter
     return res.x

@@ -6,7 +6,7 @@ Every MSM row update (paper, eq. (9)) solves the scalar problem
 
 which is the proximal step of h/b at a = -w/b.  Each penalty here is described by
 one integer *code* and a per-row parameter table ``params`` of shape ``(n, 4)`` with
-columns ``[lam, lb, ub, p]``.  The Numba sweep (``backends/cpu_kernels.py``) and the
+columns ``[lam, lb, ub, p]``.  The Numba sweep (``backends/cpu/kernels.py``) and the
 CUDA kernel (``kernels/prox.cuh``) both read exactly this table, and this module holds
 the reference (array-API) implementation of the same formulas.
 
@@ -227,7 +227,7 @@ def _check_order(lb, ub):
 
 # ------------------------------------------------------------------------------
 # Reference formulas.  They are written once against the array API and mirror the
-# scalar code in backends/cpu_kernels.py and kernels/prox.cuh line by line.
+# scalar code in backends/cpu/kernels.py and kernels/prox.cuh line by line.
 # ------------------------------------------------------------------------------
 
 
@@ -311,7 +311,7 @@ def _lp_prox(xp, a, mu, p):
         real = (disc >= 0) & (mag > 0)
         s = 0.5 * (phi + xp.sqrt(xp.maximum(disc, xp.zeros_like(disc))))
         t = s * s * s
-        tp = s * s  # t^(2/3) from the root itself, not t**fl(2/3) (prox.cuh, cpu_kernels)
+        tp = s * s  # t^(2/3) from the root itself, not t**fl(2/3) (prox.cuh, cpu/kernels.py)
     # objective difference f(t) - f(0) = 1/2 t^2 - |a| t + mu t^p (tie -> 0; at a few
     # exact ties the rounded root makes it negative by an ulp: the two points' objectives
     # are then equal to rounding and the nonzero one is returned, by all three proxes)

@@ -179,7 +179,7 @@ def run_iterations(
     (default 1).  ``objective_to_user`` maps the method's objective to the one the
     callback and the progress bar show (default: unchanged).  ``phase_done(method,
     n_iter)``, if given, is asked after every iteration whether a phase of a two-phase
-    method is over (e.g. MSM has found the face; ``finish.py``): True ends the loop with
+    method is over (e.g. MSM has found the face; ``finish/run.py``): True ends the loop with
     the message "phase done".
     """
     floor = np.ones(n_cols) if x_floor is None else np.asarray(x_floor, dtype=np.float64)

@@ -52,9 +52,11 @@ import math
 import numpy as np
 
 from ..arrays import to_host
-from ..options import BASELINE_METHODS as METHODS
 from .lipschitz import lipschitz_constant
 from .loop import IterativeMethod, StepReport, run_iterations
+
+#: The paper's comparators: proximal gradient and FISTA, constant step 1/L or backtracking.
+METHODS = ("pgm", "pgm_ls", "apg", "apg_ls")
 
 #: Multiplier of the line searches.
 ETA = 2.0

@@ -125,8 +125,8 @@ class CpuSweepState(SweepState):
 
     ``max_threads`` (None: :func:`threads.thread_cap`) caps the threads of a sweep.
     ``x0_owned``: x0 is the caller's to give (see :meth:`Backend.start`).  ``tiles``: sweep
-    with ``cpu_tiles.sweep_tiles`` (``afold`` folded for its panels), else with the BLAS
-    panels of ``cpu_kernels``.
+    with ``tiles.sweep_tiles`` (``afold`` folded for its panels), else with the BLAS
+    panels of ``kernels``.
     """
 
     def __init__(self, a, afold, b_diag, code, table, r, x0, panel, *, x0_owned=False, tiles=False):
@@ -261,7 +261,7 @@ class CpuSweepState(SweepState):
 
     def sweep_with_objective(self):
         """F and sum h at the whole iterate from the first sweep's own products
-        (``cpu_kernels.sweep_columns_with_objective``), then that sweep's statistics."""
+        (``kernels.sweep_columns_with_objective``), then that sweep's statistics."""
         y = self._y
         if self._compact():
             return None
@@ -393,7 +393,7 @@ class CpuBackend(Backend):
 
     def start(self, a, r, x0, splitting, table, code, panel, *, x0_owned=False, tiles=None):
         """The sweep state; ``panel`` is the BLAS sweep's, unused where the tiled sweep
-        runs (``tiles``: None chooses by ``cpu_tiles.use_tiles``; True/False force it)."""
+        runs (``tiles``: None chooses by ``tiles.use_tiles``; True/False force it)."""
         check_penalty_code(code)
         if tiles is None:
             tiles = _tiles.use_tiles(a.shape[0])

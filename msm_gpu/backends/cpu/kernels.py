@@ -329,7 +329,7 @@ def sweep_columns(afold, b_diag, code, params, r, y, c0, c1, panel, stats):
         [2] ||z - x||^2
         [3] ||x||^2
         so that F(z) = F(x) + stats[0] + stats[1] - sum_j h(x_j)   (exact identity,
-        see driver.py).
+        see solvers/msm.py).
 
     ``code`` is an argument here: this kernel holds the sweep of every code; the
     backend calls the sweep of its code alone (:func:`sweep_for`).

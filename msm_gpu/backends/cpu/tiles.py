@@ -1,6 +1,6 @@
 """The CPU sweep as register tiles: the panel product without BLAS, packing or zero flops.
 
-Same iterates and statistics as :func:`cpu_kernels.sweep_columns` (up to rounding), with
+Same iterates and statistics as :func:`kernels.sweep_columns` (up to rounding), with
 panels of ``TILE_ROWS`` = 8 rows and the matrix folded for that panel
 (``fold_matrix(a, c_diag, TILE_ROWS)``).  The columns go in tiles of two SIMD vectors
 (:func:`tile_columns`: 16 float64 or 32 float32 columns on AVX-512).  Per tile and panel,
@@ -18,7 +18,7 @@ from the same products, tile by tile: per panel the product is summed over the o
 from p0 on first (that part also stored), whose row j is C_jj x_j + sum_{i>j} A_ji x_i,
 then over the new rows before p0; the panel rows' terms of F are formed from the first
 part in float64 vectors (float32 entries widened, :func:`_objective_panel`) while the
-tile is in L1.  (Panel by panel across all tiles, as ``cpu_kernels`` does it, streamed Y
+tile is in L1.  (Panel by panel across all tiles, as ``kernels`` does it, streamed Y
 from L2/L3 every panel.  One thread at 200 x 1000, over a plain sweep of 0.9-1.0 ms
 float64 and 0.5 ms float32: +0.19-0.28 and +0.08-0.10 ms then, +0.07-0.11 and
 +0.04-0.06 now, most of it the objective's own arithmetic: about 0.05 and 0.035 ms
@@ -31,7 +31,7 @@ of 8 rows waste 2% of the flops, and the product alone runs in 0.48 of NumPy's G
 this project's AVX-512 VMs, whose environment pins OpenBLAS to its Haswell (AVX2) kernels
 (OPENBLAS_CORETYPE); the same 8 x 2 kernel timed alone against OpenBLAS's own AVX-512
 kernels: 0.85 (float64) and 0.96 (float32).  Used where measured faster
-(:func:`use_tiles`); otherwise the BLAS panels of ``cpu_kernels``.
+(:func:`use_tiles`); otherwise the BLAS panels of ``kernels``.
 """
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ def _product_rows(afold, y, p0, rows, t0, n, work, old, split):
 @njit(inline="always")
 def _solve_panel(code, afold, b_diag, params, r, y, work, wc, p0, rows, t0, stats, buf):
     """Solve the rows p0..p0+rows-1 of the tile at column t0 in place from their panel
-    product in ``work[:, wc:wc+W]``; add their statistics (as ``cpu_kernels._solve_row``)
+    product in ``work[:, wc:wc+W]``; add their statistics (as ``kernels._solve_row``)
     to ``stats``.
 
     Row j's in-panel lower terms sum_{p0<=k<j} A_jk z_k are added left-looking from the
@@ -356,7 +356,7 @@ def _sweep_tile_pair_box(afold, b_diag, params, r, y, ta, tb, n, work_a, work_b,
 def _objective_lanes(code, x, v, r, h_other, row):
     """(x (v + curv x + r) + h(x), h(x)) lane by lane, for float64 vectors x, v, r and
     ``row`` = (curv, lam, lb, ub): the terms of
-    ``cpu_kernels._add_objective_row(code, v, 1.0, curv, ...)``, the same operations in
+    ``kernels._add_objective_row(code, v, 1.0, curv, ...)``, the same operations in
     the same order.
 
     h as selects (inf outside [lb, ub] or where x is NaN) for box, l1 and l0; for the
@@ -427,10 +427,10 @@ def _objective_panel(code, y, r, params, old, rowc, scratch, p0, rows, t0, sums)
 @njit(nogil=True)
 def sweep_tiles(afold, b_diag, code, params, r, y, c0, c1, stats, f0, with_f0):
     """One MSM iteration on the columns c0..c1-1 of ``y`` in place, as
-    ``cpu_kernels.sweep_columns`` (``with_f0``: as ``sweep_columns_with_objective``, F(X)
+    ``kernels.sweep_columns`` (``with_f0``: as ``sweep_columns_with_objective``, F(X)
     of the iterate before the sweep into ``f0``), with ``afold`` folded for panels of
     ``TILE_ROWS`` rows.  Columns past the last whole tile are swept as one tile padded
-    with zero columns (through cpu_kernels' BLAS panels they cost about 10% of a 200 x
+    with zero columns (through kernels' BLAS panels they cost about 10% of a 200 x
     1000 sweep for its last 8 columns)."""
     W = 2 * (VEC_BYTES // y.itemsize)
     zero_outputs(stats, f0, c0, c1, with_f0)
@@ -481,7 +481,7 @@ def _sweep_whole_tiles(afold, b_diag, code, params, r, y, c0, c1, stats, f0, wit
         return
     # F(X) of the iterate before the sweep, tile by tile as the plain sweep: per panel the
     # product of the old rows from p0 on first, whose row j is C_jj x_j + sum_{i>j} A_ji x_i
-    # (as in cpu_kernels._sweep), gives the panel rows' terms of F; then the new rows
+    # (as in kernels._sweep), gives the panel rows' terms of F; then the new rows
     # before p0 are added and the panel is solved.  The terms are summed in float64
     # vectors over the tile's panels (2 of them for float64 tiles, 4 for float32 ones,
     # whose entries are widened) and added to f0 once per tile.

@@ -16,7 +16,7 @@ split into several launches (:func:`launches`), each with ``gridDim.x < 2**31``;
 positions and leading dimensions are 64-bit.
 
 The CuPy launcher (``backends/cuda.py``) and the emulator harness (``tests/cuda_emu``) both
-use these functions; which layout runs is decided by ``cuda_model.choose_layout``.
+use these functions; which layout runs is decided by ``model.choose_layout``.
 """
 
 from __future__ import annotations

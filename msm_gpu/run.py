@@ -1,0 +1,171 @@
+"""One in-memory solve: the user's arrays -> a prepared problem -> the method -> the result.
+
+:func:`solve` and :func:`least_squares` are the bodies of the front doors
+(:mod:`msm_gpu._api`) for in-memory arrays; the Dask layer calls them once per column block.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ._input import validation as v
+from ._input.problem import gram_problem, prepare_design, prepare_solve, user_outcome
+from .arrays import aligned_empty, is_sparse, to_host
+from .finish.design_form import (
+    check_representation,
+    choose_representation,
+    design_applies,
+    solve_design,
+)
+from .finish.run import run_msm_finished
+from .options import SolveOptions
+from .penalties import Zero
+from .result import SolveResult
+from .solvers.loop import run_iterations
+from .solvers.msm import MsmMethod
+from .solvers.proxgrad import ProxGradMethod
+from .solvers.splitting import make_splitting, relative_theta
+
+
+def solve(A, R, penalty=None, *, x0=None, backend="auto", known_psd=False, **options):
+    """:func:`msm_gpu.solve` on in-memory arrays (keywords: :class:`SolveOptions`).
+
+    ``known_psd``: A is symmetric PSD by construction (proximal Newton's model Hessians):
+    its symmetry and PSD tests are skipped."""
+    started = time.perf_counter()
+    penalty = Zero() if penalty is None else v.check_penalty(penalty)
+    options = SolveOptions.from_keywords(**options)
+    problem = prepare_solve(
+        A,
+        R,
+        penalty,
+        x0,
+        backend,
+        check_psd=bool(options.check_convergence),
+        any_size=options.finish is not None and options.method == "msm" and penalty.is_convex,
+        known_psd=known_psd,
+    )
+    return solve_prepared(problem, started, options)
+
+
+def solve_prepared(problem, started, options):
+    """Run the chosen method on a prepared (rescaled) problem through the loop."""
+    be, a, r, penalty = problem.backend, problem.a, problem.r, problem.penalty
+    opts = options.checked(a.shape[0])
+    if problem.x0 is not None:
+        x_init = problem.x0
+    elif be.on_host:  # aligned for the sweep's vector loads (arrays.HOST_ALIGN)
+        x_init = aligned_empty(r.shape, r.dtype)
+        x_init[...] = 0
+    else:
+        x_init = be.xp.zeros_like(r)
+
+    loop_options = {
+        "tol": opts.tol,
+        "max_iter": opts.max_iter,
+        "time_limit": opts.time_limit,
+        "record_objective": opts.record_objective,
+        "callback": opts.callback,
+        "to_user": problem.to_user,
+        "start_time": started,
+        "x_floor": problem.x_floor,
+        "verbose": opts.verbose,
+        "objective_to_user": problem.scaling.fun_to_user,
+    }
+    n_cols = r.shape[1]
+    if opts.method != "msm":
+        stepper = ProxGradMethod(opts.method, be, a, r, x_init, penalty)
+        out = run_iterations(stepper, n_cols=n_cols, **loop_options)
+    else:
+        diag_a = np.asarray(to_host(be.xp.diagonal(a)), dtype=np.float64)
+        splitting = make_splitting(
+            diag_a,
+            opts.omega,
+            relative_theta(diag_a, opts.theta),
+            penalty.is_convex,
+            check=opts.check_convergence,
+        )
+        if not opts.finishes:  # the paper's plain MSM
+            # x_init is a fresh array (scaled x0 or zeros) that nothing reads afterwards
+            stepper = MsmMethod(
+                be,
+                a,
+                r,
+                x_init,
+                penalty,
+                splitting,
+                opts.panel,
+                threads=opts.threads,
+                x0_owned=True,
+            )
+            out = run_iterations(stepper, n_cols=n_cols, **loop_options)
+        else:  # sweeps find the face, an exact solve on it finishes (finish/run.py)
+            out = run_msm_finished(
+                be,
+                a,
+                r,
+                x_init,
+                penalty,
+                splitting,
+                finish=opts.finish,
+                panel=opts.panel,
+                psd_known=problem.psd_known,
+                fine=problem.fine,
+                design=problem.design,
+                threads=opts.threads,
+                **loop_options,
+            )
+    user = user_outcome(problem, out)
+    if opts.method == "msm":
+        user["info"]["theta"] = opts.theta
+        user["info"]["theta_abs"] = problem.scaling.curvature_to_user(splitting.theta)
+    return SolveResult(
+        x=user["x"],
+        fun=user["fun"],
+        n_iter=out.n_iter,
+        converged=bool(user["converged_columns"].all()),
+        message=user["message"],
+        objective=user["objective"],
+        backend=be.name,
+        time=time.perf_counter() - started,
+        method=opts.method,
+        converged_columns=user["converged_columns"],
+        n_iter_columns=out.n_iter_columns,
+        timings=out.timings,
+        info=user["info"],
+    )
+
+
+def least_squares(C, D, penalty=None, *, x0=None, backend="auto", representation="auto", **options):
+    """:func:`msm_gpu.least_squares` on in-memory arrays (keywords: :class:`SolveOptions`)."""
+    started = time.perf_counter()
+    penalty = Zero() if penalty is None else v.check_penalty(penalty)
+    user_options = options
+    options = SolveOptions.from_keywords(**options)
+    check_representation(representation)
+    base = prepare_design(C, D, penalty, x0, backend)
+    c = base.design.c
+    n_rhs = base.design.d.shape[1] if len(base.design.d.shape) == 2 else 1
+    why_not = design_applies(options, penalty, base.backend.on_host)
+    form = choose_representation(representation, c.shape, is_sparse(c), n_rhs, why_not)
+    if form == "design":
+
+        def gram_fallback(cols, x0_cols):
+            d_cols = D if len(D.shape) == 1 else D[:, cols]
+            return least_squares(
+                C,
+                d_cols,
+                penalty,
+                x0=x0_cols,
+                backend=backend,
+                representation="gram",
+                **user_options,
+            )
+
+        return solve_design(base, options, started, gram_fallback)
+    problem = gram_problem(base, penalty, fine_gram=options.finishes)
+    result = solve_prepared(problem, started, options)
+    result.info["representation"] = "gram"
+    return result
