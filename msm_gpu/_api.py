@@ -39,6 +39,7 @@ def solve(
     verbose=_DEFAULTS.verbose,
     finish=_DEFAULTS.finish,
     threads=_DEFAULTS.threads,
+    max_memory=_DEFAULTS.max_memory,
     _known_psd=False,
 ) -> SolveResult:
     """Minimise F(X) = 1/2 tr(X'AX) + tr(X'R) + sum_ij h(X_ij) by the Matrix Splitting Method.
@@ -122,6 +123,14 @@ def solve(
         Most CPU threads an MSM sweep may use.  Default: chosen from the work (one thread
         for small problems), at most the CPUs available, ``NUMBA_NUM_THREADS`` and
         ``OMP_NUM_THREADS``.  Ignored by the CUDA backend.
+    max_memory : int, optional
+        Bytes of workspace a batch may use beyond its answer.  The columns of R are
+        solved in blocks of as many columns as fit (the same answer: columns are
+        independent problems); a block that still runs out of memory is split and
+        retried.  Default: 256 MiB on the CPU, 1 GiB on a GPU, or a quarter of the
+        free memory if less.
+        ``info["n_blocks"]`` and ``info["block_columns"]`` report the blocks.  A callback
+        sees one block's columns at a time; a time limit counts for the whole batch.
     _known_psd : bool
         Internal (proximal Newton's model Hessians X' diag(w) X): A is symmetric PSD by
         construction, so the symmetry and PSD tests are skipped.  Not for users: a wrong

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from ._input import validation as v
+from ._input.memory import check_max_memory
 from .finish.run import check_finish
 from .solvers.splitting import DEFAULT_OMEGA, DEFAULT_THETA
 
@@ -40,6 +41,7 @@ class SolveOptions:
     verbose: bool = False
     finish: str | None = "auto"
     threads: int | None = None
+    max_memory: int | None = None
 
     @property
     def finishes(self) -> bool:
@@ -83,6 +85,7 @@ class SolveOptions:
             "callback": v.check_callback(self.callback),
             "verbose": bool(self.verbose),
             "finish": check_finish(self.finish),
+            "max_memory": check_max_memory(self.max_memory),
         }
         if self.threads is not None:
             checked["threads"] = v.check_int(self.threads, "threads", low=1)

@@ -67,6 +67,40 @@ class SolveResult:
         """Alias of ``converged`` (scipy's name)."""
         return self.converged
 
+    @classmethod
+    def from_blocks(cls, blocks, x, *, converged_columns, n_iter_columns, started, method):
+        """One result from the results of independent column blocks of one batch.
+
+        ``fun`` is the sum of the blocks' objectives (columns are separable), ``n_iter`` the
+        largest block count, ``objective[t]`` the sum over blocks of each block's objective
+        after ``min(t, its n_iter)`` iterations (what one run records, done columns being
+        frozen), ``timings`` the blocks' seconds summed, ``info`` the first block's plus
+        ``n_blocks``; ``time`` counts from ``started`` (a ``time.perf_counter()`` value).
+        """
+        import time
+
+        messages = list(dict.fromkeys(b.message for b in blocks))
+        timings: dict = {}
+        for b in blocks:
+            for key, val in b.timings.items():
+                timings[key] = timings.get(key, 0.0) + float(val)
+        converged_columns = np.asarray(converged_columns, dtype=bool)
+        return cls(
+            x=x,
+            fun=float(sum(b.fun for b in blocks)),
+            n_iter=max(b.n_iter for b in blocks),
+            converged=bool(converged_columns.all()),
+            message=messages[0] if len(messages) == 1 else "; ".join(messages),
+            objective=combined_objective(blocks),
+            backend=",".join(dict.fromkeys(b.backend for b in blocks)),
+            time=time.perf_counter() - started,
+            method=method,
+            converged_columns=converged_columns,
+            n_iter_columns=np.asarray(n_iter_columns),
+            timings=timings,
+            info={**blocks[0].info, "n_blocks": len(blocks)},
+        )
+
     def __repr__(self):
         shape = getattr(self.x, "shape", None)
         return (
@@ -74,6 +108,18 @@ class SolveResult:
             f"n_iter={self.n_iter}, converged={self.converged}, x.shape={shape}, "
             f"time={self.time:.3g}s, message={self.message!r})"
         )
+
+
+def combined_objective(blocks):
+    """sum_b obj_b[min(t, n_iter_b)] for t = 0..max n_iter; empty if not recorded."""
+    if any(len(b.objective) == 0 for b in blocks):
+        return np.zeros(0)
+    length = max(len(b.objective) for b in blocks)
+    total = np.zeros(length)
+    for b in blocks:
+        obj = np.asarray(b.objective, dtype=np.float64)
+        total += np.concatenate([obj, np.full(length - len(obj), obj[-1])])
+    return total
 
 
 @dataclass

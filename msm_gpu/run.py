@@ -7,12 +7,15 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 
+from . import column_blocks
 from ._input import validation as v
+from ._input.memory import check_max_memory
 from ._input.problem import gram_problem, prepare_design, prepare_solve, user_outcome
-from .arrays import aligned_empty, is_sparse, to_host
+from .arrays import aligned_empty, is_cupy, is_sparse, to_host
 from .finish.design_form import (
     check_representation,
     choose_representation,
@@ -33,10 +36,38 @@ def solve(A, R, penalty=None, *, x0=None, backend="auto", known_psd=False, **opt
     """:func:`msm_gpu.solve` on in-memory arrays (keywords: :class:`SolveOptions`).
 
     ``known_psd``: A is symmetric PSD by construction (proximal Newton's model Hessians):
-    its symmetry and PSD tests are skipped."""
+    its symmetry and PSD tests are skipped.  The columns of R are solved in blocks whose
+    workspace fits ``max_memory`` (:mod:`msm_gpu.column_blocks`)."""
     started = time.perf_counter()
     penalty = Zero() if penalty is None else v.check_penalty(penalty)
     options = SolveOptions.from_keywords(**options)
+    blocks = column_blocks.plan(
+        R,
+        n=_rows(A),
+        m=0,
+        max_memory=check_max_memory(options.max_memory),
+        on_device=_on_device(backend, A, R),
+    )
+
+    def solve_block(r_cols, x0_cols, time_limit):
+        block_options = replace(options, time_limit=time_limit)
+        return _solve_whole(A, r_cols, penalty, x0_cols, backend, known_psd, block_options)
+
+    if blocks is None:
+        return _solve_whole(A, R, penalty, x0, backend, known_psd, options, started)
+    return column_blocks.solve_in_blocks(
+        solve_block,
+        R,
+        _as_columns(x0),
+        blocks,
+        options=_block_options(options),
+        method=options.method,
+    )
+
+
+def _solve_whole(A, R, penalty, x0, backend, known_psd, options, started=None):
+    """One in-memory solve of all the columns of R at once."""
+    started = time.perf_counter() if started is None else started
     problem = prepare_solve(
         A,
         R,
@@ -48,6 +79,29 @@ def solve(A, R, penalty=None, *, x0=None, backend="auto", known_psd=False, **opt
         known_psd=known_psd,
     )
     return solve_prepared(problem, started, options)
+
+
+def _rows(a) -> int:
+    shape = getattr(a, "shape", None)
+    return int(shape[0]) if shape else 1
+
+
+def _on_device(backend, *arrays) -> bool:
+    """Whether the solve runs on the GPU (``backends.get_backend``'s rule, read only)."""
+    if backend == "cuda":
+        return True
+    return backend == "auto" and any(is_cupy(a) for a in arrays)
+
+
+def _as_columns(x0):
+    """x0 sliceable by columns (array-likes become NumPy arrays)."""
+    if x0 is None or hasattr(x0, "shape"):
+        return x0
+    return np.asarray(x0)
+
+
+def _block_options(options):
+    return {"time_limit": options.time_limit, "verbose": options.verbose}
 
 
 def solve_prepared(problem, started, options):
@@ -139,12 +193,62 @@ def solve_prepared(problem, started, options):
 
 
 def least_squares(C, D, penalty=None, *, x0=None, backend="auto", representation="auto", **options):
-    """:func:`msm_gpu.least_squares` on in-memory arrays (keywords: :class:`SolveOptions`)."""
+    """:func:`msm_gpu.least_squares` on in-memory arrays (keywords: :class:`SolveOptions`).
+
+    The representation (Gram or design form) is chosen once for the whole batch; its
+    columns are then solved in blocks whose workspace fits ``max_memory``."""
     started = time.perf_counter()
     penalty = Zero() if penalty is None else v.check_penalty(penalty)
     user_options = options
     options = SolveOptions.from_keywords(**options)
     check_representation(representation)
+    blocks = column_blocks.plan(
+        D,
+        n=_columns(C),
+        m=_rows(C),
+        max_memory=check_max_memory(options.max_memory),
+        on_device=_on_device(backend, C, D),
+    )
+    if blocks is None or blocks.n_blocks == 1:
+        res = _least_squares_whole(
+            C, D, penalty, x0, backend, representation, options, user_options, started
+        )
+        if blocks is not None:
+            res.info.update(n_blocks=1, block_columns=blocks.n_cols)
+        return res
+    if representation == "auto":  # one choice for the batch: blocks do not change it
+        why_not = design_applies(options, penalty, not _on_device(backend, C, D))
+        shape = (_rows(C), _columns(C))
+        representation = choose_representation("auto", shape, is_sparse(C), blocks.n_cols, why_not)
+    rhs = D.tocsc() if is_sparse(D) and getattr(D, "format", "csc") not in ("csc", "csr") else D
+
+    def solve_block(d_cols, x0_cols, time_limit):
+        block_options = replace(options, time_limit=time_limit)
+        block_user = {**user_options, "time_limit": time_limit}
+        return _least_squares_whole(
+            C, d_cols, penalty, x0_cols, backend, representation, block_options, block_user
+        )
+
+    return column_blocks.solve_in_blocks(
+        solve_block,
+        rhs,
+        _as_columns(x0),
+        blocks,
+        options=_block_options(options),
+        method=options.method,
+    )
+
+
+def _columns(c) -> int:
+    shape = getattr(c, "shape", None)
+    return int(shape[1]) if shape is not None and len(shape) == 2 else 1
+
+
+def _least_squares_whole(
+    C, D, penalty, x0, backend, representation, options, user_options, started=None
+):
+    """One in-memory least-squares solve of all the columns of D at once."""
+    started = time.perf_counter() if started is None else started
     base = prepare_design(C, D, penalty, x0, backend)
     c = base.design.c
     n_rhs = base.design.d.shape[1] if len(base.design.d.shape) == 2 else 1

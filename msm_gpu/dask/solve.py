@@ -110,26 +110,13 @@ class DaskSolveResult:
         x, conv, nit, blocks = dask.compute(
             self.x, self.converged_columns, self.n_iter_columns, self.blocks, **kwargs
         )
-        blocks = list(blocks)
-        messages = list(dict.fromkeys(b.message for b in blocks))
-        timings: dict = {}
-        for b in blocks:
-            for key, val in b.timings.items():
-                timings[key] = timings.get(key, 0.0) + float(val)
-        return SolveResult(
-            x=x,
-            fun=float(sum(b.fun for b in blocks)),
-            n_iter=max(b.n_iter for b in blocks),
-            converged=bool(np.all(conv)),
-            message=messages[0] if len(messages) == 1 else "; ".join(messages),
-            objective=_combined_objective(blocks),
-            backend=",".join(dict.fromkeys(b.backend for b in blocks)),
-            time=time.perf_counter() - started,
+        return SolveResult.from_blocks(
+            list(blocks),
+            x,
+            converged_columns=conv,
+            n_iter_columns=nit,
+            started=started,
             method=self.method,
-            converged_columns=np.asarray(conv),
-            n_iter_columns=np.asarray(nit),
-            timings=timings,
-            info={**blocks[0].info, "n_blocks": len(blocks)},
         )
 
     def __repr__(self):
@@ -137,18 +124,6 @@ class DaskSolveResult:
             f"DaskSolveResult(method={self.method!r}, x={self.x!r}, "
             f"n_blocks={self.blocks.shape[0]})"
         )
-
-
-def _combined_objective(blocks):
-    """sum_b obj_b[min(t, n_iter_b)] for t = 0..max n_iter; empty if not recorded."""
-    if any(len(b.objective) == 0 for b in blocks):
-        return np.zeros(0)
-    length = max(len(b.objective) for b in blocks)
-    total = np.zeros(length)
-    for b in blocks:
-        obj = np.asarray(b.objective, dtype=np.float64)
-        total += np.concatenate([obj, np.full(length - len(obj), obj[-1])])
-    return total
 
 
 # -- entry points (called from the front doors' dask hook, msm_gpu/_api.py) ------------

@@ -22,6 +22,7 @@ FLOORS = (
     ("solvers",),  # the iteration loop, MSM, proximal gradient, the active sets
     ("finish",),  # the exact finish and the design form
     ("options",),  # the options of a solve
+    ("column_blocks",),  # a batch solved block by block, its workspace bounded
     ("run",),  # one in-memory solve, from the user's arrays to the result
     ("glm",),  # losses and proximal Newton
     ("factorization",),  # NMF's numerics

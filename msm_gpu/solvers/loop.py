@@ -156,6 +156,10 @@ class IterativeMethod(ABC):
         """Release what the method holds (thread settings, device buffers)."""
 
 
+#: The message of a run a callback stopped (a finish may append to it).
+STOPPED_BY_CALLBACK = "stopped by callback"
+
+
 def run_iterations(
     method: IterativeMethod,
     *,
@@ -236,7 +240,7 @@ def run_iterations(
                     n_active=len(method.active),
                 )
                 if callback_stops(callback, info):
-                    message = "stopped by callback"
+                    message = STOPPED_BY_CALLBACK
                     break
 
             stopped = report.stopped

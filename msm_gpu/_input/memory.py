@@ -1,0 +1,87 @@
+"""How many right-hand sides one block may hold: the workspace a batch is solved in.
+
+Columns are independent problems, so a batch larger than memory allows is solved as a
+sequence of column blocks (:mod:`msm_gpu.column_blocks`).  A block's size comes from the
+workspace one column costs on the road that solves it and from a budget: ``max_memory``
+when the user sets it, else :data:`DEFAULT_WORKSPACE_BYTES` (host) or
+:data:`DEFAULT_DEVICE_WORKSPACE_BYTES` (GPU) capped by a quarter of the free memory.
+"""
+
+from __future__ import annotations
+
+import os
+
+from . import validation as v
+
+#: Default workspace of one block: large enough that per-call costs are noise (tens of
+#: thousands of columns at n = 20), small beside the answer of a big batch.
+DEFAULT_WORKSPACE_BYTES = 256 * 2**20
+#: On a GPU a block should hold enough columns to fill the device and pay its launches
+#: and synchronisations rarely: a larger default, still capped by the free memory.
+DEFAULT_DEVICE_WORKSPACE_BYTES = 2**30
+#: Share of the free memory one block may take by default.
+FREE_SHARE = 0.25
+#: Workspace per column, in units of n and m working words: the rescaled R, the iterate,
+#: the finish's per-column arrays and its copies of x (about 11 n words measured with
+#: tracemalloc on the CPU roads), and for least squares the column of D and its rescaled
+#: copy (2 m words).
+WORDS_PER_N = 12
+WORDS_PER_M = 2
+
+
+def check_max_memory(max_memory):
+    """``max_memory``: None or a positive number of bytes (ValueError/TypeError naming it)."""
+    if max_memory is None:
+        return None
+    if isinstance(max_memory, bool):
+        raise TypeError("max_memory must be a number of bytes or None, got a bool")
+    return int(v.check_real(max_memory, "max_memory", low=0.0, low_open=True))
+
+
+def free_host_bytes() -> int | None:
+    """Memory the host can still give (Linux ``MemAvailable``), or None when unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def free_device_bytes() -> int | None:
+    """Free memory of the current CUDA device plus what CuPy's pool holds unused."""
+    try:
+        import cupy
+
+        free, _total = cupy.cuda.runtime.memGetInfo()
+        pool = cupy.get_default_memory_pool()
+        return int(free + pool.free_bytes())
+    except Exception:  # no CuPy or no device: the default budget stands
+        return None
+
+
+def workspace_budget(max_memory, on_device: bool) -> int:
+    """Bytes one block may use: ``max_memory``, else the default capped by free memory."""
+    if max_memory is not None:
+        return int(max_memory)
+    default = DEFAULT_DEVICE_WORKSPACE_BYTES if on_device else DEFAULT_WORKSPACE_BYTES
+    free = free_device_bytes() if on_device else free_host_bytes()
+    if free is None:
+        return default
+    return max(1, min(default, int(FREE_SHARE * free)))
+
+
+def column_bytes(n: int, m: int, itemsize: int) -> int:
+    """Workspace of one column: n unknowns, m data rows (0 for ``solve``)."""
+    word = max(int(itemsize), 8)  # float32 runs keep float64 statistics and fine copies
+    return word * (WORDS_PER_N * max(int(n), 1) + WORDS_PER_M * max(int(m), 0))
+
+
+def block_columns(n_cols: int, per_column: int, budget: int) -> int:
+    """Columns per block: as many as the budget holds, at least one, at most all."""
+    return int(max(1, min(int(n_cols), budget // max(int(per_column), 1))))
