@@ -91,7 +91,7 @@ def problem(name, r):
 
 def run(variant, c, d, cupy):
     import msm_gpu as mg
-    from msm_gpu.finish import run as finish
+    from msm_gpu.finish import columns as finish
 
     saved = finish.DIRECT_MAX_N_DEVICE
     if variant == "gpu-cg":

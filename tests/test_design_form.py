@@ -14,7 +14,7 @@ from test_rank_deficient import PENALTIES, _f, _problem, _reference
 import msm_gpu as mg
 from msm_gpu._input.scaling import row_scaled_penalty
 from msm_gpu.finish.design_form import DESIGN_PASSES, SPARSE_GRAM_MAX_N, choose_representation
-from msm_gpu.finish.run import Faces
+from msm_gpu.finish.faces import Faces
 from msm_gpu.solvers.pwl_active_set import pwl_active_set, pwl_active_set_design
 
 

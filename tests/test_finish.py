@@ -19,7 +19,10 @@ from hypothesis import strategies as st
 
 import msm_gpu as mg
 from msm_gpu._input import problem as problem_module
-from msm_gpu.finish import run as finish
+from msm_gpu.finish import columns as finish
+from msm_gpu.finish import objective as finish_objective
+from msm_gpu.finish import pivoting
+from msm_gpu.finish import run as finish_run
 from msm_gpu.finish.face_solves import solve_passive, solve_passive_batched, solve_passive_cg
 
 # -- SciPy's own NNLS test situations ----------------------------------------------------
@@ -174,7 +177,9 @@ def test_kkt_residual_nnls_closed_form(rng):
     want = np.linalg.norm(w * rho, axis=0) / (
         np.linalg.norm(w * (a @ x), axis=0) + np.linalg.norm(w * r, axis=0)
     )
-    np.testing.assert_allclose(finish.kkt_residual(a, r, x, mg.NonNeg()), want, rtol=1e-12)
+    np.testing.assert_allclose(
+        finish_objective.kkt_residual(a, r, x, mg.NonNeg()), want, rtol=1e-12
+    )
 
 
 def test_kkt_residual_l1_closed_form(rng):
@@ -190,31 +195,35 @@ def test_kkt_residual_l1_closed_form(rng):
     want = np.linalg.norm(w * b * (x - soft), axis=0) / (
         np.linalg.norm(w * (a @ x), axis=0) + np.linalg.norm(w * r, axis=0)
     )
-    np.testing.assert_allclose(finish.kkt_residual(a, r, x, mg.L1(lam)), want, rtol=1e-12)
+    np.testing.assert_allclose(finish_objective.kkt_residual(a, r, x, mg.L1(lam)), want, rtol=1e-12)
 
 
 def test_reported_kkt_residual_and_converged(rng):
     a = random_psd(rng, 15)
     r = rng.normal(size=(15, 7))
     res = mg.solve(a, r, mg.NonNeg())
-    want = finish.kkt_residual(a, r, res.x, mg.NonNeg())
+    want = finish_objective.kkt_residual(a, r, res.x, mg.NonNeg())
     np.testing.assert_allclose(res.info["kkt_residual"], want, rtol=1e-12, atol=1e-300)
     assert res.converged and np.array_equal(res.converged_columns, want <= 1e-6)
     # plain MSM stopped after 3 sweeps is far from KKT: the residual says so
     plain = mg.solve(a, r, mg.NonNeg(), finish=None, max_iter=3, tol=0)
-    assert finish.kkt_residual(a, r, plain.x, mg.NonNeg()).max() > 1e-3
+    assert finish_objective.kkt_residual(a, r, plain.x, mg.NonNeg()).max() > 1e-3
 
 
 def test_kkt_residual_is_scale_invariant(rng):
     a = random_psd(rng, 8)
     r = rng.normal(size=(8, 2))
     x = np.maximum(rng.normal(size=(8, 2)), 0)
-    base = finish.kkt_residual(a, r, x, mg.NonNeg())
-    np.testing.assert_allclose(finish.kkt_residual(7.0 * a, 7.0 * r, x, mg.NonNeg()), base)
-    np.testing.assert_allclose(finish.kkt_residual(a, 0.01 * r, 0.01 * x, mg.NonNeg()), base)
+    base = finish_objective.kkt_residual(a, r, x, mg.NonNeg())
+    np.testing.assert_allclose(
+        finish_objective.kkt_residual(7.0 * a, 7.0 * r, x, mg.NonNeg()), base
+    )
+    np.testing.assert_allclose(
+        finish_objective.kkt_residual(a, 0.01 * r, 0.01 * x, mg.NonNeg()), base
+    )
     # variables rescaled one by one (columns of C): x -> x / s, A -> S A S, r -> S r
     sc = np.exp(rng.uniform(-20, 20, size=8))
-    scaled = finish.kkt_residual(
+    scaled = finish_objective.kkt_residual(
         a * np.outer(sc, sc), r * sc[:, None], x / sc[:, None], mg.NonNeg()
     )
     np.testing.assert_allclose(scaled, base, rtol=1e-10)
@@ -485,7 +494,7 @@ def _gaussian_peaks(rng, m=300, n=60, r=200):
     return c, c @ x + 0.01 * rng.normal(size=(m, r))
 
 
-class _DeviceLikeSolver(finish.FaceSolver):
+class _DeviceLikeSolver(pivoting.FaceSolver):
     """The device road (array-API pivoting and active set) on NumPy arrays."""
 
     def __init__(self, xp, a, method):
@@ -520,13 +529,13 @@ def test_device_road_stragglers_match_scipy(rng, monkeypatch, tail):
     c, d = _gaussian_peaks(rng)
     a, r = c.T @ c, -(c.T @ d)
     x, info = finish.finish_columns(a, r, np.zeros_like(r), mg.NonNeg(), method="direct", tol=1e-6)
-    assert info["finish_rounds"] == finish.MAX_ROUNDS  # the pivoting did leave columns
+    assert info["finish_rounds"] == pivoting.MAX_ROUNDS  # the pivoting did leave columns
     if tail != "array_api":
         assert len(sizes) == 1 and 0 < sizes[0] < r.shape[1]
         # the pivoting's solves alone (its start and one per round): none after it
-        assert info["finish_face_solves"] == finish.MAX_ROUNDS + 1
+        assert info["finish_face_solves"] == pivoting.MAX_ROUNDS + 1
     else:
-        assert sizes == [] and info["finish_face_solves"] > finish.MAX_ROUNDS + 1
+        assert sizes == [] and info["finish_face_solves"] > pivoting.MAX_ROUNDS + 1
     ref = np.column_stack([scipy.optimize.nnls(c, d[:, k])[0] for k in range(d.shape[1])])
 
     def f_columns(v):
@@ -542,7 +551,7 @@ def test_device_road_on_scipys_nnls_situations(monkeypatch, method):
     """The finish a GPU runs (array-API pivoting, padded batched or CG face solves, the
     host tail) on NumPy arrays, on every SciPy NNLS situation: SciPy's objective."""
     monkeypatch.setattr(finish, "FaceSolver", _DeviceLikeSolver)
-    monkeypatch.setattr(finish, "face_method", lambda *args, **kwargs: method)
+    monkeypatch.setattr(finish_run, "face_method", lambda *args, **kwargs: method)
     for name in [*sorted(SCIPY_CASES), "test_nnls_gh20302"]:
         for c, d, x_ref in _scipy_problems(name):
             res = mg.nnls(c, d, representation="gram")  # a GPU keeps the Gram form
@@ -570,7 +579,7 @@ def test_tail_on_host_only_for_device_nnls_with_factorised_faces(rng):
     a = random_psd(rng, 8)
     n_dev = finish.DIRECT_MAX_N_DEVICE
     device = _DeviceLikeSolver(np, a, "direct")
-    host = finish.FaceSolver(np, a, "direct")
+    host = pivoting.FaceSolver(np, a, "direct")
     cg = _DeviceLikeSolver(np, a, "cg")
     locked = np.zeros((8, 3), dtype=bool)
     nonneg = mg.NonNeg()
@@ -596,7 +605,7 @@ def test_finish_on_cupy_hands_its_stragglers_to_the_host(rng):
     c, d = _gaussian_peaks(rng, r=400)
     gpu = mg.nnls(cupy.asarray(c), cupy.asarray(d))
     assert gpu.backend == "cuda" and gpu.info["finish_method"] == "direct" and gpu.converged
-    assert gpu.info["finish_rounds"] == finish.MAX_ROUNDS  # the pivoting left columns
+    assert gpu.info["finish_rounds"] == pivoting.MAX_ROUNDS  # the pivoting left columns
     # the pivoting's solves on the GPU (its start and one per round), the rest on the host
     assert gpu.info["finish_face_solves"] == gpu.info["finish_rounds"] + 1
     ref = np.column_stack([scipy.optimize.nnls(c, d[:, k])[0] for k in range(d.shape[1])])

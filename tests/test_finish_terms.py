@@ -10,7 +10,7 @@ import pytest
 from array_api_compat import numpy as xp
 
 import msm_gpu as mg
-from msm_gpu.finish import run as finish
+from msm_gpu.finish import objective
 from msm_gpu.finish.terms import host_terms
 
 PENALTIES = [
@@ -44,8 +44,8 @@ def test_host_pass_matches_the_array_api_code(rng, penalty):
     inside = np.clip(x, np.reshape(penalty.lb, (-1, 1)), np.reshape(penalty.ub, (-1, 1)))
     for point in (inside, x):
         f, size, kkt = host_terms(a, r, point, penalty)
-        f_ref, size_ref = finish.array_api_column_objective(xp, a, r, point, penalty)
-        kkt_ref = finish.array_api_kkt_residual(xp, a, r, point, penalty)
+        f_ref, size_ref = objective.array_api_column_objective(xp, a, r, point, penalty)
+        kkt_ref = objective.array_api_kkt_residual(xp, a, r, point, penalty)
         np.testing.assert_allclose(f, f_ref, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(size, size_ref, rtol=1e-12)
         np.testing.assert_allclose(kkt, kkt_ref, rtol=1e-10, atol=1e-15)
@@ -56,21 +56,21 @@ def test_host_pass_matches_the_array_api_code(rng, penalty):
 
 def test_public_functions_use_the_host_pass_for_host_float64(rng, monkeypatch):
     a, r, x = problem(rng)
-    want_f = finish.array_api_column_objective(xp, a, r, x, mg.NonNeg())[0]
-    want_kkt = finish.array_api_kkt_residual(xp, a, r, x, mg.NonNeg())
+    want_f = objective.array_api_column_objective(xp, a, r, x, mg.NonNeg())[0]
+    want_kkt = objective.array_api_kkt_residual(xp, a, r, x, mg.NonNeg())
 
     def forbidden(*args, **kwargs):
         raise AssertionError("the array-API code ran for host float64 arrays")
 
-    monkeypatch.setattr(finish, "array_api_column_objective", forbidden)
-    monkeypatch.setattr(finish, "array_api_kkt_residual", forbidden)
-    np.testing.assert_allclose(finish.column_objective(xp, a, r, x, mg.NonNeg())[0], want_f)
-    np.testing.assert_allclose(finish.kkt_residual(a, r, x, mg.NonNeg()), want_kkt)
+    monkeypatch.setattr(objective, "array_api_column_objective", forbidden)
+    monkeypatch.setattr(objective, "array_api_kkt_residual", forbidden)
+    np.testing.assert_allclose(objective.column_objective(xp, a, r, x, mg.NonNeg())[0], want_f)
+    np.testing.assert_allclose(objective.kkt_residual(a, r, x, mg.NonNeg()), want_kkt)
     # float32 x: kkt_residual works in float64, so the host pass still runs
     x32 = x.astype(np.float32)
     np.testing.assert_allclose(
-        finish.kkt_residual(a, r, x32, mg.NonNeg()),
-        finish.kkt_residual(a, r, x32.astype(np.float64), mg.NonNeg()),
+        objective.kkt_residual(a, r, x32, mg.NonNeg()),
+        objective.kkt_residual(a, r, x32.astype(np.float64), mg.NonNeg()),
     )
 
 

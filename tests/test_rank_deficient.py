@@ -22,7 +22,8 @@ from sklearn.linear_model import Lasso
 
 import msm_gpu as mg
 from msm_gpu.finish import face_solves as facesolve
-from msm_gpu.finish import run as finish
+from msm_gpu.finish import faces as finish_faces
+from msm_gpu.finish import objective
 from msm_gpu.solvers.pwl_active_set import pwl_active_set
 
 LAM = 5.0
@@ -213,7 +214,7 @@ def _brute_force(a, r, penalty):
     minimiser over the affine hull where one exists (A_FF z = b_F solvable), kept if it
     lies in the closure of its pieces."""
     n = a.shape[0]
-    faces = finish.Faces(np, penalty, n)
+    faces = finish_faces.Faces(np, penalty, n)
     best = np.inf
     pts = np.append(np.asarray(faces.pts)[0], np.inf)  # the points, from the left
     # fixed at a finite point, or free on a nonempty piece between two points
@@ -254,7 +255,9 @@ def test_pwl_active_set_reaches_the_brute_force_minimum_on_singular_problems(pen
     c[:, 4] = c[:, 0] * 2.0  # and two collinear columns
     a = c.T @ c
     r = -(c.T @ rng.standard_normal(3))
-    x, status, _ = pwl_active_set(a, r[:, None], finish.Faces(np, penalty, n), np.zeros((n, 1)))
+    x, status, _ = pwl_active_set(
+        a, r[:, None], finish_faces.Faces(np, penalty, n), np.zeros((n, 1))
+    )
     f = 0.5 * x[:, 0] @ a @ x[:, 0] + r @ x[:, 0] + float(np.sum(penalty.value(x[:, 0])))
     assert status[0] == 1
     assert f <= _brute_force(a, r, penalty) + 1e-10 * (1 + abs(f))
@@ -264,7 +267,7 @@ def test_pwl_active_set_reports_an_unbounded_column():
     # r outside the range of a singular A with no bound in the way: F -> -inf
     a = np.array([[1.0, 1.0], [1.0, 1.0]])
     r = np.array([[1.0], [-1.0]])
-    x, status, _ = pwl_active_set(a, r, finish.Faces(np, mg.Zero(), 2), np.zeros((2, 1)))
+    x, status, _ = pwl_active_set(a, r, finish_faces.Faces(np, mg.Zero(), 2), np.zeros((2, 1)))
     assert status[0] == -1 and np.all(np.isfinite(x))
 
 
@@ -310,10 +313,10 @@ def test_gram_comparison_refuses_a_blow_up_along_a_null_direction():
     null = np.linalg.svd(c)[2][-1][:, None]  # c @ null = 0
     x_old = np.linalg.lstsq(c, rng.standard_normal(5), rcond=None)[0][:, None]
     x_new = x_old + 1e10 * null  # the same C x: the same F
-    f_old, size_old = finish.column_objective(np, a, r, x_old, mg.Zero())
-    f_new, _ = finish.column_objective(np, a, r, x_new, mg.Zero())
+    f_old, size_old = objective.column_objective(np, a, r, x_old, mg.Zero())
+    f_new, _ = objective.column_objective(np, a, r, x_new, mg.Zero())
     assert f_new[0] < f_old[0] - 1e3  # the trap: a fake decrease, far beyond eps |F_old|
-    keep, _ = finish._no_increase(np, a, r, x_old, x_new, mg.Zero())
+    keep, _ = objective.no_increase(np, a, r, x_old, x_new, mg.Zero())
     assert not keep[0]
-    keep_same, _ = finish._no_increase(np, a, r, x_old, x_old.copy(), mg.Zero())
+    keep_same, _ = objective.no_increase(np, a, r, x_old, x_old.copy(), mg.Zero())
     assert keep_same[0]

@@ -200,7 +200,7 @@ def _inner_sweeps(state, xp, max_inner, inner_tol):
 def finish_applies(backend, G):
     """The exact finish applies where ``solve`` would take NNLS to the active set (on the
     CPU, k <= ACTIVE_SET_MAX_N)."""
-    from ..finish.run import face_method
+    from ..finish.columns import face_method
 
     return face_method("auto", G.shape[0], backend.on_host, NonNeg()) == "active_set"
 
@@ -429,7 +429,7 @@ def half_step(
     finish : bool
         ``"msm"`` on the CPU: the sweeps' iterate is finished by the exact active set
         (:func:`msm_gpu.solvers.nnls_columns.nnls_active_set`) for k up to
-        ``msm_gpu.finish.run.ACTIVE_SET_MAX_N``.
+        ``msm_gpu.finish.columns.ACTIVE_SET_MAX_N``.
 
     Returns
     -------

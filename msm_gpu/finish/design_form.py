@@ -26,7 +26,9 @@ from ..arrays import is_sparse, to_host
 from ..backends.cpu.threads import blas_controller
 from ..result import SolveResult
 from ..solvers.pwl_active_set import pwl_active_set_design
-from .run import PWL_MAX_N, Faces, kkt_residual_from
+from .columns import PWL_MAX_N
+from .faces import Faces
+from .objective import kkt_residual_from
 
 #: Accepted values of ``representation``.
 REPRESENTATIONS = ("auto", "gram", "design")
@@ -189,7 +191,7 @@ def _column_norms_squared(c):
 
 
 def _kkt_design(c, d, norms, x, penalty):
-    """The relative KKT residual of :func:`msm_gpu.finish.run.kkt_residual` from C: A x =
+    """The relative KKT residual of :func:`msm_gpu.finish.objective.kkt_residual` from C: A x =
     C'(C x), r = -C'd, diag A = ||c_j||^2 (no n x n product)."""
     from ..arrays import namespace
 

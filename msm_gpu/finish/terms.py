@@ -1,7 +1,8 @@
 """The finish's per-column objective and KKT residual for host float64 arrays, in one
 compiled pass.
 
-:func:`msm_gpu.finish.run.column_objective` and :func:`msm_gpu.finish.run.kkt_residual` are written
+:func:`msm_gpu.finish.objective.column_objective` and
+:func:`msm_gpu.finish.objective.kkt_residual` are written
 against the array API (NumPy and CuPy).  On the host each costs a dozen NumPy passes and
 calls (about 0.04 and 0.09 ms at n = 20, 100 columns: together about a quarter of a small
 ``mg.nnls`` call); here the product ``A X`` stays one BLAS call and everything else is one
@@ -26,8 +27,8 @@ def host_terms(a, r, x, penalty, *, kkt=True):
     """(F, size of F's terms, KKT residual or None) per column, or None where the arrays
     are not all 2-D host float64 (the caller then uses the array-API code).
 
-    The quantities are those of :func:`msm_gpu.finish.run.column_objective` and
-    :func:`msm_gpu.finish.run.kkt_residual` (same formulas, summed in another order).
+    The quantities are those of :func:`msm_gpu.finish.objective.column_objective` and
+    :func:`msm_gpu.finish.objective.kkt_residual` (same formulas, summed in another order).
     """
     if not all(type(v) is np.ndarray and v.dtype == np.float64 and v.ndim == 2 for v in (a, r, x)):
         return None
@@ -73,7 +74,7 @@ def _finish(num, den_ax, den_r, kkt, with_kkt):
 def _box_terms(a, ax, r, x, code, params, f, size, kkt, with_kkt):
     """Per column c: F_c = sum_j h(x_jc) + x_jc (1/2 (A x)_jc + r_jc), the sum of the
     terms' absolute values, and with ``with_kkt`` the relative KKT residual of
-    :func:`msm_gpu.finish.run.kkt_residual`:
+    :func:`msm_gpu.finish.objective.kkt_residual`:
 
         || w b (x - prox_{h/b}(x - g/b)) || / (|| w A x || + || w r ||),  g = A x + r,
 

@@ -3,7 +3,7 @@
 ``min_{x >= 0} 1/2 x'Gx - p'x`` for every column p of P (G symmetric PSD, n x n), in
 Numba, column ranges on threads (the sweep's pool, :func:`msm_gpu.backends.cpu.threads.run_ranges`).
 This is how :func:`msm_gpu.nnls` solves NNLS on the CPU for n up to
-:data:`msm_gpu.finish.run.ACTIVE_SET_MAX_N`.
+:data:`msm_gpu.finish.columns.ACTIVE_SET_MAX_N`.
 
 Per column, from a feasible start x (its positive entries are the free set F):
 

@@ -1,7 +1,7 @@
 """Exact finish on the host for every convex penalty: a primal active set, column by column.
 
 ``min_x 1/2 x'Ax + r'x + h(x)`` per column, A symmetric positive *semi*definite, h convex
-and piecewise linear per row (Zero, NonNeg, Box, L1, NonNegL1: :class:`msm_gpu.finish.run.Faces`
+and piecewise linear per row (Zero, NonNeg, Box, L1, NonNegL1: :class:`msm_gpu.finish.faces.Faces`
 tabulates each row's points, pieces and slopes).  Lawson & Hanson's method (1974, ch. 23),
 generalised from x >= 0 to those pieces, in Numba, column ranges on the sweep's threads.
 
@@ -60,7 +60,7 @@ MAX_REFUSALS = 8
 #: of an ill-conditioned face), before its point is taken as the answer.
 REFINEMENTS = 2
 
-#: Table columns handed to the kernel, in this order (see :class:`msm_gpu.finish.run.Faces`).
+#: Table columns handed to the kernel, in this order (see :class:`msm_gpu.finish.faces.Faces`).
 TABLES = ("lo", "hi", "value", "sigma", "left", "right")
 
 
@@ -636,7 +636,7 @@ def pwl_active_set(A, R, faces, X0, *, tol=1e-12, max_iter=None, threads=None):
     A : (n, n) array_like
         Symmetric positive semidefinite (singular allowed).
     R : (n, c) array_like
-    faces : msm_gpu.finish.run.Faces
+    faces : msm_gpu.finish.faces.Faces
         The penalty's face tables, built on NumPy.
     X0 : (n, c) array_like
         Start; projected into the bounds (the states follow from the values).

@@ -1,0 +1,121 @@
+"""The faces of a convex separable h: per row, the points and the linear pieces between.
+
+Every convex h of the library (Zero, NonNeg, Box, L1, NonNegL1) is, per row j, linear with
+slope s on each of at most three pieces between the points lb_j (if finite), 0 (l1 with
+lb < 0 < ub) and ub_j (if finite).  A variable is either *fixed* at one of these points or
+*free* on one piece; :class:`Faces` holds these tables for the finish and the active sets.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..penalties import CODE_BOX, CODE_L1
+
+# -- the faces of a convex separable h --------------------------------------------------
+
+
+class Faces:
+    """Per-row points and slopes of a convex piecewise-linear h (see the module docstring).
+
+    A state q (int) is 2i for "fixed at point i" and 2i + 1 for "free on piece i" (points
+    and pieces numbered from the left, at most 3 points).  Every quantity of a state is
+    tabulated per row and state, (n, 5); when all rows are alike (scalar bounds) the
+    tables are 1-D and a gather is one ``take``.
+
+    Parameters
+    ----------
+    xp : array namespace
+    penalty : Penalty
+        Zero, NonNeg, Box, L1 or NonNegL1 (codes CODE_BOX and CODE_L1).
+    n : int
+        Rows.
+    """
+
+    def __init__(self, xp, penalty, n):
+        if penalty.code not in (CODE_BOX, CODE_L1):
+            raise ValueError(f"Faces needs a convex piecewise-linear penalty, got {penalty!r}")
+        penalty.table(n)  # checks per-row bounds against n (a ValueError naming n)
+        inf = math.inf
+        lb = np.broadcast_to(np.asarray(penalty.lb, dtype=np.float64), (n,))
+        ub = np.broadcast_to(np.asarray(penalty.ub, dtype=np.float64), (n,))
+        lam = np.broadcast_to(  # a scalar or one per row (e.g. an unpenalised intercept)
+            np.asarray(penalty.lam if penalty.code == CODE_L1 else 0.0, dtype=np.float64), (n,)
+        )
+        split = (lam > 0) & (lb < 0) & (ub > 0)
+        pts = np.full((n, 4), inf)  # points 0..2, padded with +inf
+        pts[:, 0] = lb
+        pts[:, 1] = np.where(split, 0.0, ub)
+        pts[:, 2] = np.where(split, ub, inf)
+        n_pts = np.where(split, 3, 2)
+        # slope of piece i (between points i and i + 1)
+        one_piece = np.where(lb >= 0, lam, np.where(ub <= 0, -lam, 0.0))
+        slope = np.zeros((n, 3))
+        slope[:, 0] = np.where(split, -lam, one_piece)
+        slope[:, 1] = np.where(split, lam, 0.0)
+        # per state q = 0..4: i = q // 2
+        tab = {k: np.zeros((n, 5)) for k in ("lo", "hi", "value", "sigma", "left", "right")}
+        free = np.zeros((n, 5), dtype=bool)
+        for q in range(5):
+            i = q // 2
+            if q % 2:  # free on piece i
+                free[:, q] = True
+                tab["lo"][:, q] = pts[:, i]
+                tab["hi"][:, q] = pts[:, i + 1]
+                tab["sigma"][:, q] = slope[:, i]
+            else:  # fixed at point i; +-inf slopes where no (or an empty) piece is there
+                tab["lo"][:, q] = tab["hi"][:, q] = tab["value"][:, q] = pts[:, i]
+                tab["left"][:, q] = slope[:, i - 1] if i >= 1 else -inf
+                has_right = (i + 1 < n_pts) & (pts[:, i + 1] > pts[:, i])
+                tab["right"][:, q] = np.where(has_right, slope[:, min(i, 2)], inf)
+        tab["value"] = np.where(np.isfinite(tab["value"]), tab["value"], 0.0)
+        self.xp = xp
+        self.uniform = bool(np.all(pts == pts[:1]) and np.all(slope == slope[:1]))
+        rows = slice(0, 1) if self.uniform else slice(None)
+        self.pts = xp.asarray(pts[rows, :3])
+        self.lb = xp.asarray(lb[rows, None])
+        self.ub = xp.asarray(ub[rows, None])
+        self.tables = {k: xp.asarray(v[rows]) for k, v in tab.items()}
+        self.tables["free"] = xp.asarray(free[rows])
+
+    def project(self, x):
+        """x clipped into dom h (the bounds): a feasible point to start from."""
+        xp = self.xp
+        return xp.clip(x, xp.astype(self.lb, x.dtype), xp.astype(self.ub, x.dtype))
+
+    def states(self, x):
+        """State of every entry of x: 2i = fixed at point i, 2i + 1 = free on piece i."""
+        xp = self.xp
+        count = xp.zeros(x.shape, dtype=xp.int64)
+        equal = xp.zeros(x.shape, dtype=xp.bool)
+        for i in range(3):
+            p = xp.astype(self.pts[:, i : i + 1], x.dtype)
+            count += xp.astype(x > p, xp.int64)
+            equal |= x == p
+        return 2 * count - 1 + xp.astype(equal, xp.int64)
+
+    def get(self, name, q):
+        """The tabulated quantity ``name`` of every entry's state."""
+        xp = self.xp
+        table = self.tables[name]
+        if self.uniform:
+            return xp.take(table[0], q)
+        return xp.take_along_axis(table, q, axis=1)
+
+    def decode(self, q):
+        """free (bool), value (fixed value, 0 if free), sigma (slope, 0 if fixed)."""
+        return self.get("free", q), self.get("value", q), self.get("sigma", q)
+
+    def moves(self, q, x, g, eps):
+        """-1 / +1 where a variable violates KKT and must move left / right, else 0."""
+        xp = self.xp
+        free = self.get("free", q)
+        down = xp.where(free, x < self.get("lo", q), g + self.get("left", q) > eps)
+        up = xp.where(free, x > self.get("hi", q), g + self.get("right", q) < -eps)
+        return xp.astype(up, xp.int64) - xp.astype(down, xp.int64)
+
+    def clip(self, q, x):
+        """x with every free entry clipped into its piece and fixed entries set exactly."""
+        return self.xp.clip(x, self.get("lo", q), self.get("hi", q))
