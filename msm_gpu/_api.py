@@ -9,6 +9,7 @@ here; the defaults come from :class:`~msm_gpu.options.SolveOptions`.
 from __future__ import annotations
 
 from . import run
+from ._input.foreign import accepts_foreign_arrays
 from .dask import solve as dask_solve
 from .dask.solve import any_dask
 from .options import SolveOptions
@@ -19,6 +20,7 @@ _DEFAULTS = SolveOptions()
 _OPTION_NAMES = frozenset(SolveOptions.names())
 
 
+@accepts_foreign_arrays("A", "R", "x0")
 def solve(
     A,
     R,
@@ -84,7 +86,10 @@ def solve(
         Stop after this many seconds (checked after every iteration).
     backend : {"auto", "cpu", "cuda"}
         "auto": CUDA for CuPy input, CPU otherwise.  NumPy in -> NumPy out, CuPy in ->
-        CuPy out, whatever backend runs.
+        CuPy out, whatever backend runs.  PyTorch tensors and JAX arrays (CPU or NVIDIA
+        CUDA; all arrays of one call from one library) are computed as NumPy/CuPy by
+        DLPack and ``res.x`` comes back as a tensor on their device
+        (``msm_gpu/_input/foreign.py``).
     record_objective : bool
         Keep F after every iteration in ``result.objective`` (costs O(n r) per
         iteration, no extra product with A).
@@ -162,6 +167,7 @@ def solve(
     return run.solve(A, R, penalty, x0=x0, backend=backend, known_psd=_known_psd, **options)
 
 
+@accepts_foreign_arrays("C", "D", "x0")
 def least_squares(
     C, D, penalty=None, *, x0=None, backend="auto", representation="auto", **options
 ) -> SolveResult:

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from msm_gpu import backends as mg_backends
 from msm_gpu.apps.denoise import default_lam, denoise, ksvd, psnr
 from msm_gpu.apps.dictionaries import overcomplete_dct
 from msm_gpu.apps.sparse_coding import LAM_PER_SIGMA2
@@ -189,3 +190,21 @@ def test_denoise_train_lam_default_explicit_and_checked(noisy_pair):
         denoise(noisy, 20, train_lam=-1.0, n_atoms=64)
     with pytest.raises(TypeError, match="train_lam"):
         denoise(noisy, 20, train_lam="2", n_atoms=64)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    "cuda" not in mg_backends.available(),
+    reason=f"needs a usable CUDA GPU and CuPy: {mg_backends.status().get('cuda')}",
+)
+def test_denoise_cupy_image_runs_on_the_device_and_returns_cupy(noisy_pair):
+    """CuPy in, CuPy out: the patches on the host, the l0 sweeps on the device, the same
+    image as the CPU backend up to the sweeps' rounding."""
+    import cupy
+
+    clean, noisy = noisy_pair
+    kw = {"n_iter": 1, "n_atoms": 64, "n_train": 200, "random_state": 0}
+    host, host_info = denoise(noisy, 20, backend="cpu", return_info=True, **kw)
+    dev, dev_info = denoise(cupy.asarray(noisy), 20, return_info=True, **kw)
+    assert isinstance(dev, cupy.ndarray) and isinstance(dev_info["dictionary"], cupy.ndarray)
+    assert abs(psnr(clean, dev.get()) - psnr(clean, host)) < 0.05

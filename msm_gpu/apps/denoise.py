@@ -20,6 +20,8 @@ import warnings
 import numpy as np
 
 from .._input import validation as v
+from .._input.foreign import accepts_foreign_arrays, restore_denoised
+from ..arrays import is_cupy, to_host
 from ..backends.cpu.threads import blas_controller
 from .dictionaries import (
     check_image,
@@ -194,6 +196,7 @@ def _coded_sweeps(gram, r, h0, lam, n_sweeps, backend, verbose):
     return np.concatenate(parts, axis=1)
 
 
+@accepts_foreign_arrays("noisy", host=True, restore=restore_denoised, callback=None)
 def denoise(
     noisy,
     sigma,
@@ -284,6 +287,10 @@ def denoise(
         raise ValueError(f"method must be one of {DENOISE_METHODS}, got {method!r}")
     method = method.lower()
     patch_size = v.check_int(patch_size, "patch_size", low=1)
+    on_device = is_cupy(noisy)
+    if on_device:  # a CuPy image: patches on the host, the sweeps on the device
+        backend = "cuda" if backend == "auto" else backend
+        noisy = to_host(noisy)
     raw = np.asarray(noisy)
     img = check_image(raw, patch_size, "noisy")
     sigma = v.check_real(sigma, "sigma", low=0.0, low_open=True)
@@ -404,6 +411,10 @@ def denoise(
         clean = np.clip(clean, clip[0], clip[1])
     t3 = time.perf_counter()
     say(f"done in {t3 - started:.2f} s")
+    if on_device:  # CuPy in, CuPy out
+        import cupy
+
+        clean, d = cupy.asarray(clean), cupy.asarray(d)
     if not return_info:
         return clean
     info = {
@@ -413,7 +424,7 @@ def denoise(
         "sigma": sigma,
         "dictionary": d,
         "objective": objective,
-        "mean_atoms_per_patch": float(np.count_nonzero(h) / h.shape[1]),
+        "mean_atoms_per_patch": float(np.count_nonzero(to_host(h)) / h.shape[1]),
         "n_patches": int(patches.shape[1]),
         "timings": {
             "train": t1 - t0,

@@ -13,16 +13,24 @@ More than two classes are fitted one-vs-rest, all K problems at once (one
 
 from __future__ import annotations
 
-from numbers import Real
+from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from ..arrays import is_cupy, module_of, to_host
 from ..glm.losses import Logistic
 from ..glm.newton import HESSIANS, minimize
 from ..penalties import L0, L1, Lp, Penalty, Zero
+from ._estimator import (
+    BACKEND_CONSTRAINT,
+    check_sample_weight_not_all_zero,
+    fit_context,
+    validate_classifier_targets,
+    validate_X,
+)
 
 PENALTIES = ("l1", "l0", "lp", "none")
 
@@ -50,8 +58,27 @@ class SparseLogisticRegression(ClassifierMixin, BaseEstimator):
     coef_ : ndarray (1, n_features) for two classes, (n_classes, n_features) otherwise
     intercept_ : ndarray (1,) or (n_classes,)
     n_iter_ : ndarray of int, outer iterations per problem
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Column names of ``X``, when it was a DataFrame with string column names.
     result_ : SolveResult of the fit (objective history, convergence, timings)
     """
+
+    # Checked by scikit-learn's ``_fit_context`` when fit starts; the penalty's and the
+    # solver's own checks (e.g. p in {1/2, 2/3}) follow.
+    _parameter_constraints: dict = {
+        # Any string here: an unknown name gets _make_penalty's message, which lists the
+        # accepted ones and mentions Penalty instances.
+        "penalty": [str, Penalty],
+        "alpha": [Interval(Real, 0, None, closed="left")],
+        "p": [Interval(Real, 0, 1, closed="neither")],
+        "fit_intercept": ["boolean"],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "max_iter": [Interval(Integral, 0, None, closed="left")],
+        "hessian": [StrOptions(set(HESSIANS))],
+        "backend": BACKEND_CONSTRAINT,
+        "verbose": ["verbose"],
+    }
 
     def __init__(
         self,
@@ -95,6 +122,12 @@ class SparseLogisticRegression(ClassifierMixin, BaseEstimator):
             return Lp(alpha, self.p)
         return Zero()
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
+    @fit_context
     def fit(self, X, y, sample_weight=None):
         """Fit on X (m x n, dense or sparse) and labels y (m,).
 
@@ -102,17 +135,14 @@ class SparseLogisticRegression(ClassifierMixin, BaseEstimator):
         -------
         self
         """
-        if self.hessian not in HESSIANS:
-            raise ValueError(f"hessian must be one of {HESSIANS}, got {self.hessian!r}")
         penalty = self._make_penalty()
-        if y is None:
-            raise TypeError("y must be an array of labels, got None")
-        labels = to_host(y)
-        if labels.ndim != 1:
-            raise ValueError(f"y must be 1-D (one label per row of X), got shape {labels.shape}")
+        X = validate_X(self, X, reset=True, accept_sparse=("csr", "csc"))
+        labels = validate_classifier_targets(self, y)
+        check_sample_weight_not_all_zero(sample_weight)
         classes = np.unique(labels)
         if classes.size < 2:
-            raise ValueError(f"y must hold at least two classes, got {classes.size}")
+            # "1 class": the wording scikit-learn's checks look for
+            raise ValueError(f"y must hold at least two classes, got {classes.size} class")
         if classes.size == 2:
             targets = (labels == classes[1]).astype(np.float64)
         else:
@@ -136,7 +166,6 @@ class SparseLogisticRegression(ClassifierMixin, BaseEstimator):
         self.intercept_ = w[n].copy() if self.fit_intercept else xp.zeros(w.shape[1], w.dtype)
         self.classes_ = classes
         self.n_iter_ = res.n_iter_columns
-        self.n_features_in_ = n
         self.result_ = res
         return self
 
@@ -147,10 +176,7 @@ class SparseLogisticRegression(ClassifierMixin, BaseEstimator):
     def decision_function(self, X):
         """Scores X coef' + intercept: (m,) for two classes, (m, n_classes) otherwise."""
         self._check_fitted()
-        if X is None or getattr(X, "ndim", 0) != 2:
-            raise ValueError("X must be a 2-D array or sparse matrix")
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features, the model {self.n_features_in_}")
+        X = validate_X(self, X, reset=False, accept_sparse=("csr", "csc"))
         coef, intercept = self.coef_, self.intercept_
         if is_cupy(X) != is_cupy(coef):
             xp = module_of(X) if is_cupy(X) else np

@@ -54,9 +54,13 @@ product with Y).
 
 from __future__ import annotations
 
-from sklearn.base import BaseEstimator, TransformerMixin
+from numbers import Integral, Real
+
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
+from .._input.foreign import accepts_foreign_arrays, restore_factors
 from ..backends import get_backend
 from ..dask.solve import is_dask_array
 from ..factorization import solvers as ns
@@ -70,11 +74,13 @@ from ..factorization.loop import (
     prepare,
     run,
 )
+from ..finish.run import FINISH_MODES
+from ._estimator import BACKEND_CONSTRAINT, RANDOM_STATE_CONSTRAINT, fit_context, validate_X
 
 # -- public API ----------------------------------------------------------------------------
 
 
-class NMF(TransformerMixin, BaseEstimator):
+class NMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Nonnegative matrix factorisation Y ~ W H by alternating NNLS (MSM by default).
 
     Minimises 1/2 ||Y - WH||_F^2 over W >= 0 (m x k), H >= 0 (k x d), scikit-learn
@@ -123,7 +129,7 @@ class NMF(TransformerMixin, BaseEstimator):
     finish : "auto", "exact" or None
         "exact": on the CPU, each "msm" half-step ends with the exact NNLS solve from the
         MSM iterate (Lawson & Hanson's active set, :mod:`msm_gpu.solvers.nnls_columns`; k <=
-        ``msm_gpu.finish.run.ACTIVE_SET_MAX_N``).  "auto" (default): so for sparse Y, not for
+        ``msm_gpu.finish.columns.ACTIVE_SET_MAX_N``).  "auto" (default): so for sparse Y, not for
         dense Y (see ``finish_half_steps`` for the measurements).  None: the paper's plain MSM
         half-steps.  Ignored by the other solvers and on the GPU.
     random_state : None, int, numpy RandomState or Generator
@@ -147,6 +153,8 @@ class NMF(TransformerMixin, BaseEstimator):
     converged_ : bool
         Whether the ``tol`` rule stopped the run.
     n_components_, n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Column names of ``Y``, when it was a DataFrame with string column names.
     info_ : dict
         Everything :func:`nmf` returns as ``info``.
 
@@ -160,6 +168,32 @@ class NMF(TransformerMixin, BaseEstimator):
     >>> bool(model.reconstruction_err_ < 1e-2 * np.linalg.norm(Y))
     True
     """
+
+    # Checked by scikit-learn's ``_fit_context`` when fit starts (types and ranges, with
+    # messages naming the parameter); ``check_params`` then applies the solvers' own
+    # finer rules (finite values, bool refused for ints).
+    _parameter_constraints: dict = {
+        "n_components": [Interval(Integral, 1, None, closed="left"), None],
+        "solver": [StrOptions(set(ns.SOLVERS))],
+        "omega": [Interval(Real, 0, 2, closed="neither")],
+        "theta": [Interval(Real, 0, None, closed="left")],
+        "inner_iter": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left")],
+        "inner_tol": [Interval(Real, 0, None, closed="left")],
+        "max_iter": [Interval(Integral, 0, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "time_limit": [Interval(Real, 0, None, closed="neither"), None],
+        # Any string here: an unknown name gets check_init's message, which lists the
+        # accepted inits (as before these constraints).
+        "init": [str, None],
+        # scikit-learn's loss names pass here so that the refusal of the losses other
+        # than Frobenius says what to use instead (loop.check_params).
+        "beta_loss": [StrOptions({"frobenius", "kullback-leibler", "itakura-saito"}), Real],
+        "extrapolation": [StrOptions({"auto"}), "boolean"],
+        "finish": [StrOptions(set(FINISH_MODES)), None],
+        "random_state": RANDOM_STATE_CONSTRAINT,
+        "backend": BACKEND_CONSTRAINT,
+        "verbose": ["verbose"],
+    }
 
     def __init__(
         self,
@@ -198,13 +232,27 @@ class NMF(TransformerMixin, BaseEstimator):
         self.backend = backend
         self.verbose = verbose
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.positive_only = True
+        tags.input_tags.sparse = True
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        return tags
+
+    @property
+    def _n_features_out(self):
+        """k, for ``get_feature_names_out`` (``nmf0``, ``nmf1``, ...)."""
+        return self.components_.shape[0]
+
+    @fit_context
     def fit_transform(self, Y, y=None, W=None, H=None):
         """Fit the model to Y and return W (m x k).
 
         Parameters
         ----------
-        Y : (m, d) array or sparse matrix, Y >= 0
-            NumPy, CuPy, scipy.sparse or cupyx.scipy.sparse.
+        Y : (m, d) array-like or sparse matrix, Y >= 0
+            NumPy (or anything NumPy converts: lists, DataFrames), CuPy, scipy.sparse or
+            cupyx.scipy.sparse.
         y : ignored
         W, H : arrays, optional
             Starting factors for ``init="custom"``.
@@ -216,6 +264,8 @@ class NMF(TransformerMixin, BaseEstimator):
             from ..dask import nmf as nmf_dask
 
             return nmf_dask.fit_transform(self, Y, W=W, H=H)
+        # NaN/inf and negative entries: check_data (in prepare), with its messages
+        Y = validate_X(self, Y, reset=True, name="Y", accept_sparse=("csr", "csc"), finite=False)
         params = self.get_params()
         Yc, data, backend, W0, H0 = prepare(Y, params, W, H)
         Wf, Hf, info = run(data, backend, W0, H0, params)
@@ -226,10 +276,10 @@ class NMF(TransformerMixin, BaseEstimator):
         self.history_ = info["history"]
         self.converged_ = info["converged"]
         self.n_components_ = Hf.shape[0]
-        self.n_features_in_ = Yc.shape[1]
         self.info_ = info
         return backend.to_user(Wf, Yc)
 
+    @fit_context
     def fit(self, Y, y=None, **params):
         """Fit the model to Y; returns self."""
         self.fit_transform(Y, y, **params)
@@ -251,6 +301,7 @@ class NMF(TransformerMixin, BaseEstimator):
 
             return nmf_dask.transform(self, Y)
         self._check_fitted()
+        Y = validate_X(self, Y, reset=False, name="Y", accept_sparse=("csr", "csc"), finite=False)
         params = self.get_params()
         check_params(params)
         Y = check_data(Y)
@@ -288,6 +339,7 @@ class NMF(TransformerMixin, BaseEstimator):
         return W @ self.components_
 
 
+@accepts_foreign_arrays("Y", "W", "H", restore=restore_factors, callback=None)
 def nmf(Y, n_components=None, **kwargs):
     """Functional form of :class:`NMF`: ``W, H, info = nmf(Y, k, ...)``.
 

@@ -21,16 +21,26 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
 from .._api import solve
 from .._input import validation as v
+from .._input.foreign import accepts_foreign_arrays
 from ..options import METHODS
 from ..penalties import L0
 from ..result import SolveResult
+from ._estimator import (
+    BACKEND_CONSTRAINT,
+    RANDOM_STATE_CONSTRAINT,
+    CaseInsensitiveStrOptions,
+    fit_context,
+    validate_X,
+)
 
 __all__ = [
     "LAM_PER_SIGMA2",
@@ -272,6 +282,7 @@ def _l0_sparse_sweeps_cpu(gram, r, h0, lam, n_sweeps, b_diag):
     return x[:, 0] if one else x
 
 
+@accepts_foreign_arrays("D", "Y", "init", host=True)
 def sparse_code(
     D,
     Y,
@@ -432,7 +443,7 @@ def dictionary_step(D, Y, H, n_steps=1):
 # ----------------------------------------------------------------------------------
 
 
-class L0DictionaryLearning(BaseEstimator):
+class L0DictionaryLearning(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """l0 dictionary learning by alternating minimisation (MSM or PGM H-steps).
 
     Minimises ``1/2 ||Y - D H||_F^2 + lam ||H||_0`` over unit-norm atoms D and codes H.
@@ -485,6 +496,9 @@ class L0DictionaryLearning(BaseEstimator):
     objective_ : ndarray
         Objective after initialisation and after every outer iteration.
     n_iter_ : int
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Column names of ``X``, when it was a DataFrame with string column names.
     timings_ : dict
         Seconds in "init", "h_step" and "d_step".
 
@@ -496,6 +510,25 @@ class L0DictionaryLearning(BaseEstimator):
     >>> model.components_.shape, bool(model.objective_[-1] <= model.objective_[0])
     ((16, 16), True)
     """
+
+    # Checked by scikit-learn's ``_fit_context`` when fit starts; array values of init
+    # and dict_init (shapes, finite, nonzero atoms) are checked where they are used.
+    _parameter_constraints: dict = {
+        "n_components": [Interval(Integral, 1, None, closed="left")],
+        "lam": [Interval(Real, 0, None, closed="left")],
+        "n_iter": [Interval(Integral, 0, None, closed="left")],
+        "init": [CaseInsensitiveStrOptions({"omp", "zeros", "random"}), "array-like"],
+        "method": [CaseInsensitiveStrOptions(set(METHODS))],
+        "dict_init": [CaseInsensitiveStrOptions({"dct", "random", "data"}), "array-like"],
+        "h_iter": [Interval(Integral, 1, None, closed="left")],
+        "d_iter": [Interval(Integral, 0, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "omp_tol": [Interval(Real, 0, None, closed="left"), None],
+        "omp_n_nonzero": [Interval(Integral, 1, None, closed="left"), None],
+        "random_state": RANDOM_STATE_CONSTRAINT,
+        "backend": BACKEND_CONSTRAINT,
+        "verbose": ["verbose"],
+    }
 
     def __init__(
         self,
@@ -573,11 +606,18 @@ class L0DictionaryLearning(BaseEstimator):
             raise ValueError("dict_init array must have finite, nonzero atoms (rows)")
         return (comp / norms[:, None]).T
 
+    @property
+    def _n_features_out(self):
+        """k, for ``get_feature_names_out`` (``l0dictionarylearning0``, ...)."""
+        return self.components_.shape[0]
+
+    @fit_context
     def fit(self, X, y=None):
         """Learn the dictionary from X of shape (n_samples, n_features); returns self."""
         self._fit(X)
         return self
 
+    @fit_context
     def fit_transform(self, X, y=None):
         """Fit and return the codes of X, shape (n_samples, n_components)."""
         return self._fit(X).T
@@ -585,7 +625,8 @@ class L0DictionaryLearning(BaseEstimator):
     def transform(self, X, *, init="omp", max_iter=None):
         """Codes of X (n_samples, n_features) for the learned dictionary (n_samples, k)."""
         check_is_fitted(self, "components_")
-        x = _as_signals(np.asarray(X).T, self.components_.shape[1], "X.T")
+        X = validate_X(self, X, reset=False)
+        x = _as_signals(X.T, self.components_.shape[1], "X.T")
         res = sparse_code(
             self.dictionary_,
             x,
@@ -605,17 +646,9 @@ class L0DictionaryLearning(BaseEstimator):
     def _fit(self, X):
         lam = v.check_real(self.lam, "lam", low=0.0)
         method = _check_method(self.method)
-        x = np.asarray(X)
-        if x.ndim != 2:
-            raise ValueError(f"X must be 2-D (n_samples, n_features), got shape {x.shape}")
-        if x.shape[0] < 1:
-            raise ValueError("X must hold at least one sample")
+        # types and ranges of the parameters: _parameter_constraints (fit_context)
+        x = validate_X(self, X, reset=True)
         yy = _as_signals(x.T, x.shape[1], "X.T")
-        for name in ("n_components", "n_iter", "h_iter", "d_iter"):
-            val = getattr(self, name)
-            low = 1 if name in ("n_components", "h_iter") else 0
-            if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < low:
-                raise ValueError(f"{name} must be an int >= {low}, got {val!r}")
         tol = v.check_real(self.tol, "tol", low=0.0)
         # MSM with no stopping rule is the sweeps alone: the lean path (sparse sweeps on CPU)
         lean = method == "msm" and tol == 0.0
@@ -671,6 +704,5 @@ class L0DictionaryLearning(BaseEstimator):
         self.codes_ = h
         self.objective_ = np.asarray(objective)
         self.n_iter_ = int(self.n_iter)
-        self.n_features_in_ = m
         self.timings_ = timings
         return h

@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._input import validation as v
+from .._input.foreign import to_native
 from ..arrays import is_cupy, to_host
 
 
@@ -38,6 +39,9 @@ def _is_sparse(x) -> bool:
 
 class Loss:
     """Base class of the smooth parts q accepted by :func:`msm_gpu.minimize`."""
+
+    #: what the user's arrays came as (torch, JAX, ...: ``_input/foreign.py``); None: native
+    _array_kind = None
 
 
 class Quadratic(Loss):
@@ -51,6 +55,8 @@ class Quadratic(Loss):
     """
 
     def __init__(self, A, R):
+        arrays, self._array_kind = to_native({"A": A, "R": R})
+        A, R = arrays["A"], arrays["R"]
         v.check_square_symmetric(A, "A")
         v.check_rhs(R, A.shape[0], "R")
         self.A = A
@@ -72,6 +78,8 @@ class GLMLoss(Loss):
     curvature_bound: float | None = None
 
     def __init__(self, X, Y, *, sample_weight=None, fit_intercept=True):
+        arrays, self._array_kind = to_native({"X": X, "Y": Y, "sample_weight": sample_weight})
+        X, Y, sample_weight = arrays["X"], arrays["Y"], arrays["sample_weight"]
         if X is None:
             raise TypeError("X must be an array or a sparse matrix, got None")
         if _is_sparse(X):

@@ -62,6 +62,7 @@ import time
 import numpy as np
 
 from .._input import validation as v
+from .._input.foreign import accepts_foreign_arrays
 from ..arrays import is_cupy, to_host
 from ..backends import get_backend
 from ..penalties import Zero
@@ -90,6 +91,7 @@ HOST_KERNELS = True
 ROUNDING_ULPS = 100  # a decrease of F below this many ulps of F is lost in rounding
 
 
+@accepts_foreign_arrays("x0", holders=("loss",))
 def minimize(
     loss,
     penalty=None,
