@@ -54,7 +54,7 @@ CHECKED = {
 EXPECTED_FAILED = {
     "NMF": {
         "check_transformer_general": (
-            "fit_transform returns the W of the last outer iteration, stopped by tol=1e-4; "
+            "fit_transform returns the W of the last outer iteration, stopped by its tol rule; "
             "transform solves the NNLS for W exactly against the final H.  On the check's "
             "rank-3 blob data with k = 3 the two differ by 0.025, above the check's atol "
             "0.01 (scikit-learn's NMF at its defaults differs by 0.05 there; scikit-learn "

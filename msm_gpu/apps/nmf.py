@@ -112,7 +112,11 @@ class NMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         Outer iterations (H-step + W-step).
     tol : float >= 0
         Stop when an outer iteration lowers the objective by at most ``tol`` times its
-        value; 0 disables the rule.
+        value (default 1e-5); 0 disables the rule.  scikit-learn's ``NMF`` instead
+        checks every 10 iterations whether ||Y - WH|| fell by less than ``tol`` (1e-4)
+        times its value at the start since the last check; from the same start the two
+        defaults stop near each other, and where their objectives differ the two runs
+        have reached different local minima (``benchmarks/bench_nmf_defaults.py``).
     time_limit : float or None
         Stop after this many seconds of iterations.
     init : {None, "random", "nndsvd", "nndsvda", "nndsvdar", "custom"}
@@ -205,7 +209,7 @@ class NMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         inner_iter="auto",
         inner_tol=0.1,
         max_iter=200,
-        tol=1e-4,
+        tol=1e-5,
         time_limit=None,
         init=None,
         beta_loss="frobenius",
