@@ -11,9 +11,8 @@ import numpy as np
 
 #: Byte alignment of the host arrays the CPU sweep reads and writes in vectors: one
 #: AVX-512 register, one cache line.  NumPy aligns to 16 bytes; a 64-byte vector load
-#: from there spans two cache lines.  Measured, one thread, 200 x 1000 float64 (rows of
-#: 8000 bytes: every row as aligned as the first): tiled sweep 1.15 GEMM aligned, 1.24
-#: at 16 or 32 bytes off (one run).
+#: from there spans two cache lines, which slows the tiled sweep (docs/development.md,
+#: "Input preparation").
 HOST_ALIGN = 64
 
 
@@ -53,8 +52,8 @@ def namespace(*arrays):
     global _NUMPY_NAMESPACE
     present = [a for a in arrays if a is not None]
     if present and all(type(a) is np.ndarray for a in present):
-        # the host case without array_namespace's inspection (2 us a call; a small NNLS
-        # call makes about ten)
+        # the host case without array_namespace's inspection (a small NNLS call makes
+        # about ten; docs/development.md, "Input preparation")
         if _NUMPY_NAMESPACE is None:
             from array_api_compat import numpy as numpy_namespace
 

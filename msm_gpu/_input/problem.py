@@ -36,15 +36,11 @@ DENSE_LIMIT_BYTES = 4 * 2**30
 #: (Cholesky, n^3/3 flops: 0.3 GFlop at n = 1000, a few hundred sweeps of one column).
 PSD_CHECK_MAX_N = 1000
 #: The last user A that passed the symmetry and PSD tests (n <= PSD_CHECK_MAX_N): an
-#: equal A skips them (``validation.VerifiedMatrix``).  prepare_solve at 200 x 1000: 0.40-0.47
-#: -> 0.19-0.25 ms; a new A pays the comparison and the copy on top of the tests, 5-17 us
-#: at n = 200 and 0.2-0.5 ms beside 12-15 ms of tests at n = 1000.  The copy holds at most
+#: equal A skips them (``validation.VerifiedMatrix``): they dominate a short call's set-up,
+#: and a new A pays only the comparison and the copy on top.  The copy holds at most
 #: 8 MB.  The entry also keeps A's rescaled symmetric copy per backend and working dtype
-#: (read-only, host only, up to 8 MB more each), so an equal A is not rescaled again:
-#: prepare_solve at 200 x 1000 217-237 -> 174-185 us (float32), 306-314 -> 236-256 us
-#: (float64), at 1000 x 512 float64 4.1-4.7 -> 1.2-1.4 ms (old and new checkout in turn);
-#: a whole 2-iteration ``solve`` there 30.7 -> 28.0 ms (with and without the reuse in turn,
-#: one process), at default options within noise (1.5 s).
+#: (read-only, host only, up to 8 MB more each), so an equal A is not rescaled again
+#: (docs/development.md, "Input preparation").
 VERIFIED_A = v.VerifiedMatrix(PSD_CHECK_MAX_N)
 #: Info entries measured in A's units (converted back from the rescaled problem).
 _CURVATURE_KEYS = ("delta", "L", "L_columns")

@@ -59,8 +59,8 @@ def scaled_dense_copy(be, x, dtype, e: int):
     itself).
 
     A NumPy x on the CPU backend is converted and scaled in one pass into one fresh array:
-    a copy and then a scaled copy write two (measured at 200 x 1000, float64: each costs
-    page faults worth about 0.2 of a GEMM ``A @ X``).  The values are those of
+    a copy and then a scaled copy write two, each paying its page faults
+    (docs/development.md, "Input preparation").  The values are those of
     ``ldexp(be.asarray(x, dtype), e)``: x is cast to ``dtype`` first, then multiplied by the
     power of two (exact)."""
     factor = _power_of_two(dtype, e)
@@ -100,7 +100,7 @@ def ldexp_float(value, e: int) -> float:
     """``value * 2^e`` as a Python float, +-inf on overflow (never OverflowError)."""
     value = float(value)
     try:
-        return math.ldexp(value, int(e))  # 0.12 us; NumPy scalar ldexp under errstate 2.1 us
+        return math.ldexp(value, int(e))  # far cheaper than NumPy's scalar ldexp + errstate
     except OverflowError:
         return math.copysign(math.inf, value)
 

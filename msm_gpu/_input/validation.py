@@ -266,15 +266,14 @@ class VerifiedMatrix:
 
 def _cholesky_succeeds(mod, h):
     """True when the Cholesky factorization of the symmetric float64 ``h`` (Fortran order,
-    overwritten) succeeds.  NumPy: SciPy's LAPACK ``dpotrf`` in place (NumPy's own
-    ``cholesky`` took 1.2x as long at n = 200 and 2.8x at n = 400), on one thread.
+    overwritten) succeeds.  NumPy: SciPy's LAPACK ``dpotrf`` in place (faster than NumPy's
+    own ``cholesky``), on one thread.
 
-    Threaded, OpenBLAS leaves its threads spinning for ~0.1 s after the call, on the
-    CPUs the sweeps that follow need (a 10-iteration 200 x 1000 float32 solve right
-    after it: 8.4 -> 9.9 ms); one thread factors as fast at this size (n = 200: 139 vs
-    148 us).  ``serial_numba_blas`` switches SciPy's OpenBLAS, the one ``dpotrf`` runs
-    on, for ~2 us, where a threadpoolctl limiter over every BLAS took 15 us alone and
-    54 us inside a solve."""
+    Threaded, OpenBLAS leaves its threads spinning after the call, on the CPUs the sweeps
+    that follow need, and one thread factors as fast at these sizes.
+    ``serial_numba_blas`` switches only SciPy's OpenBLAS, the one ``dpotrf`` runs on: far
+    cheaper than a threadpoolctl limiter over every BLAS (docs/development.md, "Input
+    preparation")."""
     if mod is np:
         from scipy.linalg import lapack
 

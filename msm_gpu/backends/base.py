@@ -30,8 +30,8 @@ def fold_matrix(a, c_diag, panel):
     lower terms, which the sweep adds row by row (read as ``afold[j, i]``, i > j).
     """
     if isinstance(a, np.ndarray):
-        # one compiled pass (small NMF half-steps call this often: at n = 200 with 8-row
-        # panels the NumPy version through a strided view of the blocks took 22 us, this 6)
+        # one compiled pass: small NMF half-steps call this often, and the NumPy version
+        # through a strided view of the blocks is several times slower (docs/development.md)
         return _fold_host(a, np.asarray(c_diag, dtype=a.dtype), int(panel))
     from array_api_compat import array_namespace
 

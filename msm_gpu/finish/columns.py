@@ -39,7 +39,7 @@ DIRECT_MAX_N_DEVICE = 128
 
 #: Largest n for which NNLS on the host is solved by the per-column active set
 #: (:mod:`msm_gpu.solvers.nnls_columns`) with no MSM sweeps before it: faster than MSM +
-#: face solves up to n = 1000 on bench_nnls.py's shapes, slower from n = 1500.
+#: face solves up to about there (docs/development.md, "Finish thresholds").
 ACTIVE_SET_MAX_N = 1024
 
 #: Largest n for which the columns the pivoting leaves unfinished go to the per-column
@@ -136,8 +136,8 @@ def finish_columns(
         locked = x_in == 0
         pen_s = row_scaled_penalty(Box(penalty.lb, penalty.ub), s_host)
     solver = FaceSolver(xp, a_s, "direct" if method == "active_set" else method)
-    # x0 may lie outside the bounds.  The face tables cost ~0.1 ms (a tenth of a small
-    # NNLS call): the active set builds them only for its fallback below
+    # x0 may lie outside the bounds.  The face tables are a noticeable part of a small
+    # NNLS call: the active set builds them only for its fallback below
     if method == "active_set" and _is_nonnegativity(pen_s):
         faces = None
         y_start = np.maximum(x_in / s, 0.0)  # NNLS: the bounds are [0, inf)
@@ -255,15 +255,11 @@ def _tail_on_host(solver, penalty, locked, n):
 
     On a GPU every active-set step is a batched face solve of a few columns, its cost
     fixed by kernel launches and Python, and the stragglers of an ill-conditioned batch
-    take tens of steps: spectra 300 x 60, r = 2000 on an H200 (12 pivoting rounds, then 28
-    steps) spent 0.149 s of the 0.229 s call in them under the profiler
-    (``benchmarks/bench_gpu_nnls.py``; the same pivoting on NumPy arrays leaves 523 of the
-    2000 columns).  Lawson & Hanson per column on the host
-    (:func:`msm_gpu.solvers.nnls_columns.nnls_active_set`) needs only A (n x n) and those columns
-    copied: that call 0.167 -> 0.066 s, the same objective (same H200, in turn), so each
-    of the 28 GPU steps had cost at least 3.6 ms.  NNLS
+    take tens of steps.  Lawson & Hanson per column on the host
+    (:func:`msm_gpu.solvers.nnls_columns.nnls_active_set`) needs only A (n x n) and those
+    columns copied, and was much faster (docs/development.md, "Finish thresholds").  NNLS
     with factorised faces (n <= :data:`DIRECT_MAX_N_DEVICE`) only: above it a column's
-    host solves cost O(n^3) and the GPU's CG faces were not measured against them."""
+    host solves cost O(n^3) and the GPU's CG faces were not timed against them."""
     return (
         not solver.on_host
         and solver.method == "direct"

@@ -85,8 +85,8 @@ SERIAL_FLOPS = 2e5
 
 #: Columns sharing a passive set are solved together once a group has this many ...
 GROUP_MIN = 8
-#: ... and its factorisations would cost this many flops column by column (f^3/3 each,
-#: some 30 us): below that one Numba Cholesky per column beats a LAPACK call per group.
+#: ... and its factorisations would cost this many flops column by column (f^3/3 each):
+#: below that one Numba Cholesky per column beats a LAPACK call per group.
 GROUP_FLOPS = 5e4
 
 

@@ -4,8 +4,8 @@ compiled pass.
 :func:`msm_gpu.finish.objective.column_objective` and
 :func:`msm_gpu.finish.objective.kkt_residual` are written
 against the array API (NumPy and CuPy).  On the host each costs a dozen NumPy passes and
-calls (about 0.04 and 0.09 ms at n = 20, 100 columns: together about a quarter of a small
-``mg.nnls`` call); here the product ``A X`` stays one BLAS call and everything else is one
+calls, a large part of a small ``mg.nnls`` call (docs/development.md, "Finish
+thresholds"); here the product ``A X`` stays one BLAS call and everything else is one
 loop over the entries, with the scalar formulas the sweeps use
 (``backends/cpu/kernels.h_scalar`` / ``prox_scalar``, checked against the array-API ones
 by ``tests/test_penalty_codes.py``).  ``tests/test_finish_terms.py`` checks these
@@ -41,8 +41,7 @@ def host_terms(a, r, x, penalty, *, kkt=True):
     f = np.empty(c)
     size = np.empty(c)
     res = np.empty(c) if kkt else f[:0]
-    # two kernels: NNLS compiles only the box one (first call 0.8-1.1 s on an empty cache,
-    # where one kernel with both loops took 1.3-1.5 s)
+    # two kernels: NNLS compiles only the box one (a shorter first call on an empty cache)
     kernel = _box_terms if penalty.code == CODE_BOX else _prox_terms
     kernel(a, ax, r, x, penalty.code, params, f, size, res, kkt)
     return f, size, (res if kkt else None)
@@ -80,8 +79,7 @@ def _box_terms(a, ax, r, x, code, params, f, size, kkt, with_kkt):
 
     b = A_jj (a tiny floor where A_jj <= 0), w = 1 / sqrt(b), norms over the column.
     The box penalty (``code`` unused): h and its prox written out as selects, so that the
-    loop vectorises (:func:`_prox_terms` on the box penalty, the kernel alone with the
-    residual: 3-5x slower at 20 x 100 and 100 x 1000)."""
+    loop vectorises (:func:`_prox_terms` on the box penalty is several times slower)."""
     n, c = x.shape
     floor, num, den_ax, den_r = _start(a, c, f, size)
     for j in range(n):

@@ -236,9 +236,10 @@ def minimize(
 
     host_road = xp is np and hessian == "exact" and HOST_KERNELS
     # CPU, NumPy road: one BLAS thread.  The MSM sweeps are Numba-parallel; OpenBLAS
-    # threads spinning after a product fight over the cores (measured 100x slower GEMVs
-    # under load).  One ``with`` for building and iterating: threadpoolctl applies the
-    # limit when the limiter is made, and a second entry would not apply it again.
+    # threads spinning after a product fight over the cores (far slower GEMVs under
+    # load; docs/development.md).  One ``with`` for building and iterating: threadpoolctl
+    # applies the limit when the limiter is made, and a second entry would not apply it
+    # again.
     limits = _single_thread_blas() if xp is np and not host_road else contextlib.nullcontext()
     with limits:
         if host_road:
@@ -538,8 +539,7 @@ def _inner(a, grad, w, penalty, tol, max_iter, be, stats):
         record_objective=False,
         # plain MSM sweeps, also for convex h: an inexact inner solve is what proximal
         # Newton needs, and the exact finish's set-up cost more than it saved on every
-        # data set of benchmarks/bench_logistic.py (exact Hessian, tol 1e-8: breast_cancer
-        # 11 -> 8 ms, digits 74 -> 46, synthetic 20 -> 11, text 460 -> 275; same F)
+        # data set of benchmarks/bench_logistic.py (docs/development.md)
         finish=None,
         # the model Hessian is X' diag(w) X (or Bohning's bound), PSD by construction:
         # no symmetry test and no Cholesky test per inner solve (O(n^2) + O(n^3))

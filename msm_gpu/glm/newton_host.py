@@ -163,8 +163,7 @@ def _design_by_columns(loss, dtype):
             csc = sp.hstack([csc, np.ones((m, 1), dtype=dtype)], format="csc")
         csc.sort_indices()
         # unsigned indices: Numba then skips the negative-index wraparound test of every
-        # gather and scatter (a sparse sweep on the Zipf text model: 61 us with int64,
-        # 29 us with uint64, measured)
+        # gather and scatter (about half the time of a sparse sweep; docs/development.md)
         args = (
             True,
             np.zeros((1, 1), dtype=dtype),

@@ -456,9 +456,9 @@ def _inverse_for_schur(G, L_all):
 
     ``L_all`` is G's Cholesky factor (empty if G is not numerically positive definite).
     The inverse is formed in Numba up to n = 128 and by LAPACK on one thread above: BLAS
-    threads left spinning after a call take the CPU the column threads need (a quarter of
-    the samples of a single-threaded run at n = 60), and a threaded LAPACK next to a busy
-    neighbour is slow (eigvalsh of n = 1000: 2.2 s on two threads, 0.1 s on one).
+    threads left spinning after a call take the CPU the column threads need, and a
+    threaded LAPACK next to a busy neighbour is slow (docs/development.md, "The CPU
+    sweep's threads").
     """
     import scipy.linalg
 

@@ -20,9 +20,7 @@ from .threads import run_ranges, serial_numba_blas, start_delay, sweep_threads, 
 CHUNK_COLUMNS = 256
 #: ... unless the rows are few: a range may hold up to CHUNK_ELEMENTS float64 entries
 #: (512 KB).  Each range pays its GEMM calls and operand packing, which short rows do not
-#: amortise: one thread, n = 20, 8192 columns, 0.18 ns per n^2 m with ranges of 256
-#: columns, 0.11 with 2048 (n = 8: 0.53 vs 0.20; n = 64: 0.085 vs 0.071; n = 200: 0.056
-#: vs 0.054; float32 alike).
+#: amortise (docs/development.md, "The CPU sweep's threads").
 CHUNK_ELEMENTS = 65536
 #: Environment variable: "0" turns the spinning team off (every parallel call then wakes
 #: the sleeping pool threads, as :func:`threads.run_ranges` does).
@@ -33,10 +31,8 @@ SPIN_ENV = "MSM_GPU_SPIN"
 USE_TEAM = _team.SPIN_SUPPORTED and os.environ.get(SPIN_ENV, "1").strip() != "0"
 #: Ranges of more flops than this (a few ms on one thread) go to the sleeping pool even
 #: where the team runs: a wake-up is small beside them, and a team thread that finished
-#: its ranges would spin while the others end theirs.  1000 x 4096 (ranges of 1024 /
-#: 512 MFLOP): per iteration 1.26 / 1.31 GEMM on the pool, 1.39 / 1.36 on the team
-#: (float32 / float64, in-process A/B, before the team stopped counting its spin budget
-#: while ranges were in flight).
+#: its ranges would spin while the others end theirs (measured at 1000 x 4096:
+#: docs/development.md).
 TEAM_MAX_ITEM_FLOPS = 2e8
 #: Narrowest range worth splitting for.
 MIN_CHUNK_COLUMNS = 32
@@ -44,8 +40,8 @@ MIN_CHUNK_COLUMNS = 32
 
 def max_chunk_columns(n_rows=None, itemsize=8) -> int:
     """The widest range for an iterate of ``n_rows`` rows (None: CHUNK_COLUMNS) and
-    ``itemsize`` bytes per entry (float32: twice the float64 width; at 200 x 1000, two
-    threads, 2 ranges of 500 columns swept in 0.69 ms where 4 of 250 took 0.73)."""
+    ``itemsize`` bytes per entry (float32: twice the float64 width; fewer, wider ranges
+    sweep faster: docs/development.md)."""
     scale = max(1, 8 // max(int(itemsize), 1))
     if n_rows is None:
         return CHUNK_COLUMNS * scale
@@ -56,10 +52,9 @@ def range_count(n_cols: int, n_threads: int, n_rows=None, itemsize=8) -> int:
     """How many column ranges a call splits into: ranges as wide as allowed (at most
     :func:`max_chunk_columns`: each range costs a packing of its panel operands in every
     GEMM, so narrow ranges are slower), in a number that is a multiple of the threads so
-    that they finish together (measured at 200 x 1000, two threads: 8 ranges of 125
-    columns 1.14 ms a sweep, 4 of 250 1.06 ms, 2 of 500 1.02 ms).  More ranges than
-    threads keep a thread that is not scheduled from holding back more than one range;
-    ranges stay at least MIN_CHUNK_COLUMNS wide."""
+    that they finish together (docs/development.md, "The CPU sweep's threads").  More
+    ranges than threads keep a thread that is not scheduled from holding back more than
+    one range; ranges stay at least MIN_CHUNK_COLUMNS wide."""
     count = -(-n_cols // max_chunk_columns(n_rows, itemsize))
     if n_threads > 1:
         count = -(-max(count, n_threads) // n_threads) * n_threads
@@ -95,9 +90,8 @@ def head_start(bounds, align, per_column):
     change).
 
     With equal ranges the caller finishes its range early by about that delay, then
-    waits for the pool thread and is woken late (200 x 1000 float32, two threads: the
-    caller's 512 columns 426 us, the pool thread 17 us late and 438 us long; a cut at
-    544 of 1000 columns instead of 512: 488 -> 464 us a sweep)."""
+    waits for the pool thread and is woken late (docs/development.md, "The CPU sweep's
+    threads")."""
     if per_column is None or per_column <= 0 or len(bounds) < 2:
         return bounds
     (c0, c1), (d0, d1) = bounds[0], bounds[1]

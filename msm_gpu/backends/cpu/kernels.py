@@ -89,7 +89,7 @@ def _solve_row_box(j, wrow, yrow, rrow, c0, nc, b_diag, afold, params, stats):
     statistics; y_j <- z_j.
 
     ``wrow`` holds the columns from 0, ``yrow``/``rrow``/``stats`` from ``c0`` (sliced
-    first: indexing from 0 lets LLVM vectorise the loops, measured 30% faster).  One
+    first: indexing from 0 lets LLVM vectorise the loops).  One
     function per kind of row (this one, :func:`_solve_row_l0`, :func:`_solve_row_prox`),
     so that a sweep compiled for one penalty code inlines only its own (see
     :func:`_make_sweep`); each loop is straight code that LLVM vectorises.
@@ -388,10 +388,9 @@ def _add_objective_row(code, vrow, scale, curv, xrow, rrow, lam, lb, ub, p, fsum
     by entry over one row (float64 sums).
 
     One loop per penalty code with h as a select (inf outside [lb, ub]), so that the
-    loops vectorise: through :func:`h_scalar`'s branches the start objective of a sweep
-    cost 35% (float64) and 56% (float32) of the sweep itself at 200 x 250; now 0-4%.
-    (One loop with the code test inside it, even as selects, does not vectorise: +18% and
-    +52% again.)
+    loops vectorise: through :func:`h_scalar`'s branches, or with the code test inside
+    one loop (even as selects), the start objective costs a large part of the sweep
+    (docs/development.md, "The CPU sweep's kernels").
     """
     nc = xrow.shape[0]
     if code == CODE_BOX:

@@ -1,10 +1,10 @@
 """SIMD vectors for Numba kernels: a register-sized vector type and its few operations.
 
 LLVM does not keep a GEMM-style register tile (rows x columns of accumulators) in
-registers when the kernel is written with arrays and loops: measured at 200 x 200 x 960
-on one core, 2.4-5.8x slower than OpenBLAS.  With an explicit vector type whose values are
-SSA registers, the same tile written out by hand compiles to the FMA loop a BLAS
-micro-kernel has (``cpu/tiles.py``).
+registers when the kernel is written with arrays and loops (several times slower than
+OpenBLAS: docs/development.md, "The CPU sweep's kernels").  With an explicit vector type
+whose values are SSA registers, the same tile written out by hand compiles to the FMA
+loop a BLAS micro-kernel has (``cpu/tiles.py``).
 
 :class:`Vec` is one SIMD register of the array's dtype (``VEC_BYTES`` bytes: 8 float64 or
 16 float32 lanes on AVX-512).  The operations are Numba intrinsics emitting single LLVM

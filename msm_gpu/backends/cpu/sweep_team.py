@@ -1,12 +1,11 @@
 """A state's sweeps on a team of threads that spin between sweeps instead of sleeping.
 
 Through :func:`threads.run_ranges` every parallel sweep wakes a sleeping pool thread.  On
-the project's 2-vCPU VMs that wake-up is an interrupt between virtual CPUs: the caller's
-queue ``put`` took ~18 us and the pool thread started 25-40 us after it, every sweep
-(profiled at 200 x 1000 float32, where a sweep is ~470 us).  A team's pool threads wait
-for the next sweep in compiled code, without the GIL, reading a shared word
-(:func:`help_sweeps`), for at most :data:`SPIN_SECONDS` after their last item: during a
-solve the next sweep comes 30-60 us after the last one ends, so no thread sleeps between
+a virtual machine that wake-up is an interrupt between virtual CPUs, a noticeable part of
+a short sweep, every sweep (docs/development.md, "The CPU sweep's threads").  A team's
+pool threads wait for the next sweep in compiled code, without the GIL, reading a shared
+word (:func:`help_sweeps`), for at most :data:`SPIN_SECONDS` after their last item:
+during a solve the next sweep comes well within that, so no thread sleeps between
 sweeps, and after the solve the spinning stops on its own (or at once, :meth:`close`).
 
 The protocol, all in ``ctl`` (int64):
@@ -85,8 +84,7 @@ CALM_SWEEPS = 50
 
 #: Which kernel a team runs: a constant in each compiled entry point, with the penalty
 #: code, so that Numba compiles only that kernel into it (a branch on an argument
-#: compiled both: the first team at 200 x 1000 cost 26 s of compilation on a cold cache,
-#: 4.4-4.6 s with the kind a constant).
+#: compiled both, several times the cold-cache compilation: docs/development.md).
 KIND_TILES, KIND_PANELS = 1, 2
 _SWEEP_BOX, _SWEEP_L1, _SWEEP_L0, _SWEEP_LP = (
     SWEEPS[c] for c in (CODE_BOX, CODE_L1, CODE_L0, CODE_LP)
@@ -264,14 +262,11 @@ class Backoff:
 
     Beside one busy single-threaded process, a spinning pool thread never sleeps, so the
     scheduler shares its CPU with the neighbour in time slices of milliseconds, and the
-    sweep waits for it (200 x 1000, 50 iterations, median of 9, in turn: team 0.106 /
-    0.113 s, sleeping pool 0.085 / 0.090 s beside the msm / hals neighbours); a thread that
-    slept is run at once when woken.  After a slow sweep the next ``first`` seconds go to
-    the pool; each further slow one doubles that span up to ``most``, and ``calm`` team
-    sweeps in a row that are not slow halve it again (down to ``first``).  (Halved by
-    every sweep that was not slow, the span stayed at 5-20 ms beside a busy process, where
-    3-7 of ~30 team sweeps a solve were slow: 0.080-0.173 s a solve against 0.066-0.069 s
-    on the pool.)"""
+    sweep waits for it; a thread that slept is run at once when woken.  After a slow
+    sweep the next ``first`` seconds go to the pool; each further slow one doubles that
+    span up to ``most``, and ``calm`` team sweeps in a row that are not slow halve it
+    again (down to ``first``): halved by every sweep that was not slow, the span stayed
+    too short beside a busy process (docs/development.md, "The CPU sweep's threads")."""
 
     def __init__(
         self,

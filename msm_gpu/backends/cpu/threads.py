@@ -7,13 +7,13 @@ another's back.
 The sweep runs column ranges on a pool of plain Python threads (the kernels release the
 GIL), not on Numba's ``prange``: Numba's OpenMP layer spin-waits at every barrier, and on a
 2-core machine shared with another busy process a spinning thread keeps the CPU that the
-thread it waits for needs (measured: the README example 0.2 s on one thread, 2-14 s on two
-next to a busy neighbour; ``OMP_WAIT_POLICY=passive`` 0.1 s).  Here idle threads sleep on
-a queue, each pinned to its own CPU (:func:`_pool`); the caller sweeps too, and the column
-ranges are handed out one at a time (:func:`run_ranges`), so a thread that is not
-scheduled delays the sweep by at most the range it holds.  Small work runs on the calling
-thread alone (:func:`sweep_threads`).  The sweeps of a solve go to the same pool threads
-through :mod:`msm_gpu.backends.cpu.sweep_team`, which keeps them spinning in compiled code,
+thread it waits for needs (many times slower than one thread: docs/development.md, "The
+CPU sweep's threads").  Here idle threads sleep on a queue, each pinned to its own CPU
+(:func:`_pool`); the caller sweeps too, and the column ranges are handed out one at a
+time (:func:`run_ranges`), so a thread that is not scheduled delays the sweep by at most
+the range it holds.  Small work runs on the calling thread alone (:func:`sweep_threads`).
+The sweeps of a solve go to the same pool threads through
+:mod:`msm_gpu.backends.cpu.sweep_team`, which keeps them spinning in compiled code,
 without the GIL, for at most a few hundred microseconds between sweeps (bounded, unlike
 OpenMP's barriers: no wake-up per sweep, and no CPU held once the solve ends).
 """
@@ -89,11 +89,10 @@ class serial_numba_blas:
 # -- the sweep's thread pool --------------------------------------------------------------
 
 #: Floating-point operations a thread must get per sweep before a second thread is used
-#: (below it, handing work to another thread costs more than it saves; see
-#: benchmarks/bench_contention.py).  The spinning team (``sweep_team``) makes two threads
-#: pay idle down to ~3e6 (two threads / one, 30 NNLS iterations: 6 MFLOP a sweep
-#: 0.62-0.69), but beside a busy neighbour process such short sweeps ran up to 1.6x
-#: slower than one thread (docs/design.md, CPU sweep, Threads item 4), so it stays.
+#: (below it, handing work to another thread costs more than it saves).  The spinning
+#: team (``sweep_team``) pays idle below it, but beside a busy neighbour process such
+#: short sweeps ran slower than one thread, so it stays (docs/development.md, "The CPU
+#: sweep's threads").
 MIN_FLOPS_PER_THREAD = 24e6
 
 _POOL = None  # {cpu: job queue of the worker pinned to it}
@@ -221,9 +220,9 @@ def _pool():
     """The sweep's pool: one daemon thread per CPU of the process's affinity set, pinned
     to it, each with its own job queue ({cpu: queue}).
 
-    Pinned, because unpinned workers woken by the caller were measured to share one CPU
-    for stretches of many sweeps on a 2-vCPU VM (the scheduler's wake-up placement):
-    a 200 x 1000 sweep took 1.05 ms or 2.0 ms at random, 1.1 ms every time pinned."""
+    Pinned, because unpinned workers woken by the caller can share one CPU for
+    stretches of many sweeps (the scheduler's wake-up placement), slowing sweeps at random
+    (docs/development.md, "The CPU sweep's threads")."""
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
@@ -259,8 +258,7 @@ def run_ranges(fn, n_items: int, n_threads: int) -> None:
     call is re-raised.  One thread: the calls run on the caller's thread, as do the calls
     from a pool thread (a nested call must not wait for the pool it occupies).
 
-    The caller works too: waking a sleeping pool thread takes 20-50 us on a VM (the
-    previous pool, where the caller only waited, cost 45-50 us a call with no work), and
+    The caller works too: waking a sleeping pool thread takes tens of microseconds, and
     the caller takes items while the woken thread starts, so the wake-up overlaps work.
     The pool threads woken are those pinned to CPUs other than the caller's, so the two
     do not share one CPU."""
@@ -286,8 +284,8 @@ def run_ranges(fn, n_items: int, n_threads: int) -> None:
 
 #: How long a woken pool thread took to start on the last START_DELAY_SAMPLES jobs
 #: (seconds; a job where no pool thread took an item counts its whole length).  Their
-#: median is the estimate: a VM's wake-ups are 20-60 us with rare outliers of
-#: milliseconds, which an average would carry for many calls.
+#: median is the estimate: wake-ups have rare outliers of milliseconds, which an average
+#: would carry for many calls.
 _START_DELAYS = []
 START_DELAY_SAMPLES = 9
 

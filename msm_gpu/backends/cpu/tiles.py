@@ -10,28 +10,21 @@ tile stays in L1 across the panels); then the 8 rows are solved (:func:`_solve_p
 For the box penalty (NNLS) with n a multiple of 8, tiles go in pairs and each panel's
 solve runs between eighths of the other tile's product (:func:`_sweep_tile_pair_box`):
 the solve's chain of dependent operations overlaps independent FMAs instead of waiting
-alone (one thread, 200 x 1000, 64-byte aligned iterate: 1.15 -> 1.03 GEMM float64, 1.42
--> 1.31 float32; other penalties, with their branches per code, are solved as before).
+alone (other penalties, with their branches per code, are solved after the product).
 
 F(X) of the iterate before the sweep (``with_f0``, the first sweep of a solve) comes
 from the same products, tile by tile: per panel the product is summed over the old rows
 from p0 on first (that part also stored), whose row j is C_jj x_j + sum_{i>j} A_ji x_i,
 then over the new rows before p0; the panel rows' terms of F are formed from the first
 part in float64 vectors (float32 entries widened, :func:`_objective_panel`) while the
-tile is in L1.  (Panel by panel across all tiles, as ``kernels`` does it, streamed Y
-from L2/L3 every panel.  One thread at 200 x 1000, over a plain sweep of 0.9-1.0 ms
-float64 and 0.5 ms float32: +0.19-0.28 and +0.08-0.10 ms then, +0.07-0.11 and
-+0.04-0.06 now, most of it the objective's own arithmetic: about 0.05 and 0.035 ms
-timed alone, the old code's and this one's alike.)
+tile is in L1 (panel by panel across all tiles, as ``kernels`` does it, streamed Y from
+L2/L3 every panel).
 
-Why: with BLAS panels of 64 rows a sweep at 200 x 1000 cost 1.5 (float64) and 1.8
-(float32) one-thread GEMMs: the zeroed in-panel triangles (T/2n of the flops), small
-sub-panel GEMMs, operand packing in every call and ~100 ns of per-row overhead.  Panels
-of 8 rows waste 2% of the flops, and the product alone runs in 0.48 of NumPy's GEMM on
-this project's AVX-512 VMs, whose environment pins OpenBLAS to its Haswell (AVX2) kernels
-(OPENBLAS_CORETYPE); the same 8 x 2 kernel timed alone against OpenBLAS's own AVX-512
-kernels: 0.85 (float64) and 0.96 (float32).  Used where measured faster
-(:func:`use_tiles`); otherwise the BLAS panels of ``kernels``.
+Why: BLAS panels pay the zeroed in-panel triangles (T/2n of the flops), small sub-panel
+GEMMs, operand packing in every call and a per-row overhead; panels of 8 rows waste
+little, and the 8 x 2 product runs at BLAS speed or better.  Used where measured faster
+(:func:`use_tiles`); otherwise the BLAS panels of ``kernels``.  The measurements:
+docs/development.md, "The CPU sweep's kernels".
 """
 
 from __future__ import annotations
@@ -64,11 +57,8 @@ from .simd import (
 #: Rows of a panel (and of the register tile).
 TILE_ROWS = 8
 #: Rows n where the tiled sweep runs: A is read once per tile of columns, from L2 or L3.
-#: One thread, sweep / GEMM, BLAS panels vs tiles, with OpenBLAS on its Haswell kernels
-#: (as this project's VMs set it) and on its own AVX-512 ones: n = 16 f64 2.7 vs 3.1;
-#: n = 32 2.5 vs 2.2; n = 200 1.5 vs 0.83 and 1.52 vs 1.39 (f32 1.8 vs 0.89, 2.0 vs
-#: 1.5); n = 512 1.27 vs 0.67 and 1.31 vs 1.12; n = 1000 1.26 vs 0.97 but 1.21 vs 1.61
-#: with OpenBLAS's AVX-512 kernels (f32 1.41 vs 1.77): above 512 the BLAS panels.
+#: In this range the tiles beat the BLAS panels whichever OpenBLAS kernels run; above it
+#: the BLAS panels (docs/development.md, "The CPU sweep's kernels").
 TILE_MIN_ROWS = 32
 TILE_MAX_ROWS = 512
 
@@ -97,18 +87,16 @@ def _product8(afold, y, p0, t0, n, work, old, split, solving):
     k (:func:`_box_row`, statistics into ``q``): a row's solve is a chain of
     dependent operations (in-panel terms, division, clamps, store) that the core overlaps
     with the product's independent FMAs.  (Solved after the product, as in
-    :func:`_sweep_whole_tiles`' other loop, the rows' latency is paid in full: one
-    thread at 200 x 1000, aligned iterate, one run: 1.15 -> 1.03 GEMM float64, 1.42 ->
-    1.31 float32; the same iterates and statistics.)
+    :func:`_sweep_whole_tiles`' other loop, the rows' latency is paid in full; the
+    iterates and statistics are the same.)
 
     The 8 x 2 tile of accumulators stays in registers through the loop over k, and from
     one part of the split to the other: per k, 2 loads of Y, 8 broadcasts of A, 16 FMAs
     (A read by index: a row view per panel costs its reference counting).  The column
     index is unsigned: from k = p0, which LLVM cannot prove >= 0, a signed index pays a
-    negative-index wraparound per entry, whose registers spill the tile (the split
-    product ~20% slower).  The split as two passes, the second reloading the first's
-    sums from ``work``, cost 16-18% more than the product in one pass (200 x 1000, one
-    thread); kept in registers, 1-2%."""
+    negative-index wraparound per entry, whose registers spill the tile.  The split as
+    two passes, the second reloading the first's sums from ``work``, was much dearer than
+    keeping them in registers (docs/development.md, "The CPU sweep's kernels")."""
     L = VEC_BYTES // y.itemsize
     s00 = s01 = s10 = s11 = s20 = s21 = s30 = s31 = vzero(y)
     s40 = s41 = s50 = s51 = s60 = s61 = s70 = s71 = vzero(y)
@@ -193,8 +181,7 @@ def _solve_panel(code, afold, b_diag, params, r, y, work, wc, p0, rows, t0, stat
     with 0 feasible are solved in vectors with ``_solve_row``'s formulas, the other
     penalties lane by lane through ``prox_scalar``.  The statistics are summed over the
     panel in the iterate's dtype, then added to the float64 totals; ``buf`` is a (4, W)
-    scratch.  (Right-looking updates with the 8 rows kept in registers measured 3-11%
-    slower.)"""
+    scratch.  (Right-looking updates with the 8 rows kept in registers were slower.)"""
     L = VEC_BYTES // y.itemsize
     W = 2 * L
     q00 = q01 = q10 = q11 = q20 = q21 = q30 = q31 = vzero(y)
@@ -396,11 +383,11 @@ def _objective_panel(code, y, r, params, old, rowc, scratch, p0, rows, t0, sums)
     ``rowc[j]`` = (curv, lam, lb, ub) (float64).
 
     Called with ``code`` a literal where h is vectorised: Numba compiles a version per
-    code, with the branches on it folded away (branching per vector of lanes cost
-    1.3-1.7x the time of the objective), and LLVM inlines it.  Not ``inline="always"``:
-    Numba's inlining wraps the array arguments in reference counting that the caller's
-    branch on ``code`` keeps from being pruned, atomic calls per panel that spill every
-    vector register (+0.04-0.06 ms per 200 x 1000 sweep)."""
+    code, with the branches on it folded away (branching per vector of lanes made the
+    objective much slower), and LLVM inlines it.  Not ``inline="always"``: Numba's
+    inlining wraps the array arguments in reference counting that the caller's branch on
+    ``code`` keeps from being pruned, atomic calls per panel that spill every vector
+    register (docs/development.md, "The CPU sweep's kernels")."""
     L64 = VEC_BYTES // 8
     W = 2 * (VEC_BYTES // y.itemsize)
     fs0, fs1, fs2, fs3, hs0, hs1, hs2, hs3 = sums
@@ -430,8 +417,8 @@ def sweep_tiles(afold, b_diag, code, params, r, y, c0, c1, stats, f0, with_f0):
     ``kernels.sweep_columns`` (``with_f0``: as ``sweep_columns_with_objective``, F(X)
     of the iterate before the sweep into ``f0``), with ``afold`` folded for panels of
     ``TILE_ROWS`` rows.  Columns past the last whole tile are swept as one tile padded
-    with zero columns (through kernels' BLAS panels they cost about 10% of a 200 x
-    1000 sweep for its last 8 columns)."""
+    with zero columns (through kernels' BLAS panels they cost far more than their share
+    of the sweep)."""
     W = 2 * (VEC_BYTES // y.itemsize)
     zero_outputs(stats, f0, c0, c1, with_f0)
     t_end = c0 + (c1 - c0) // W * W

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from ...penalties import PENALTY_CODES
 
 WARP = 32
-#: Rows solved together in registers (MSM_ROW_BLOCK in the kernel).
+#: Rows solved together in registers (MSM_ROW_BLOCK in the kernel; 8 was slower:
+#: docs/development.md, "The GPU layout model").
 ROW_BLOCK = 4
 #: Entries per row of the device row table (MSM_ROWTAB).
 ROWTAB = 8

@@ -23,18 +23,14 @@ the layout with the smallest predicted time; the CUDA backend calls it, and
 off the kernel source (per inner step: one shared load of z_i, one or two vector loads of
 A, ROW_BLOCK FMAs, half an instruction of loop overhead), not measurements.
 
-The latency chain (measured, not read off the source).  One thread sweeps one column, so a
-warp's inner steps form a dependent chain: the first model (bandwidth and issue bounds
-only) predicted 0.40 ms for the resident layout at n = 256, r = 5e4 (float64) where an
-H100 took 15.6 ms, and the rule picked it over the panel layout (0.72 ms).
-``benchmarks/bench_gpu_layouts.py`` timed every layout, tile width and panel size on
-shapes n = 8 .. 1000 (H100, 2026-11-24, ROW_BLOCK = 4); with resident blocks per SM
-counted from shared memory, registers and warp slots (:func:`blocks_per_sm`), the
-fused and resident sweeps at n >= 64 fit ``waves x steps x c`` with c = 83-110 cycles per
-step when A sits in shared memory and 130-250 when it is read through L1/L2 (the
-``Device.step_cycles_*`` parameters).  With that term the rule's pick was within 1.11x of
-the fastest measured configuration on average over the 16 shape/dtype pairs (at worst
-1.44x), against up to 98x before.  (ROW_BLOCK = 8, tried, was 10-25% slower.)
+The latency chain, fitted to measured sweeps, not read off the source.  One thread sweeps
+one column, so a warp's inner steps form a dependent chain: the fused and resident sweeps
+take ``waves x steps x c`` cycles, with resident blocks per SM counted from shared
+memory, registers and warp slots (:func:`blocks_per_sm`) and c per step by where A is
+read from (the ``Device.step_cycles_*`` parameters).  Without this term the model
+ignores the chain and the rule can pick a layout far slower than the best; the fit and
+how close the rule's picks came to the fastest configuration: docs/development.md, "The
+GPU layout model".
 """
 
 from __future__ import annotations
@@ -75,8 +71,8 @@ class Device:
     max_warps_per_sm: int = 64
     #: Cycles one warp spends on one inner step of the outer-term loop (a load of z_i/x_i,
     #: a vector load of A[i, J], ROW_BLOCK FMAs: a dependent chain), by where A is read
-    #: from and the itemsize.  Fitted to the sweeps measured on an H100 by
-    #: ``benchmarks/bench_gpu_layouts.py`` (see the module docstring).
+    #: from and the itemsize.  Fitted to the sweeps ``benchmarks/bench_gpu_layouts.py``
+    #: timed on an H100 (docs/development.md, "The GPU layout model").
     step_cycles_smem: float = 90.0
     step_cycles_global: tuple = (140.0, 230.0)  # float32, float64
 
