@@ -26,6 +26,7 @@ from .finish.run import run_msm_finished
 from .options import SolveOptions
 from .penalties import Zero
 from .result import SolveResult
+from .solvers import sparse_msm
 from .solvers.loop import run_iterations
 from .solvers.msm import MsmMethod
 from .solvers.proxgrad import ProxGradMethod
@@ -41,6 +42,8 @@ def solve(A, R, penalty=None, *, x0=None, backend="auto", known_psd=False, **opt
     started = time.perf_counter()
     penalty = Zero() if penalty is None else v.check_penalty(penalty)
     options = SolveOptions.from_keywords(**options)
+    if sparse_msm.applies(A, backend):
+        return _solve_sparse_a(A, R, penalty, x0, options, started)
     blocks = column_blocks.plan(
         R,
         n=_rows(A),
@@ -62,6 +65,38 @@ def solve(A, R, penalty=None, *, x0=None, backend="auto", known_psd=False, **opt
         blocks,
         options=_block_options(options),
         method=options.method,
+    )
+
+
+def _solve_sparse_a(A, R, penalty, x0, options, started):
+    """A large SciPy sparse A: the paper's MSM swept over its CSR rows, never densified."""
+    opts = options.checked(A.shape[0])
+    unsupported = {
+        "method": opts.method != "msm",
+        "callback": opts.callback is not None,
+        "verbose": opts.verbose,
+        "finish": opts.finish == "exact",
+    }
+    named = [name for name, bad in unsupported.items() if bad]
+    if named:
+        raise ValueError(
+            f"a sparse A with n > {sparse_msm.DENSE_MAX_N} is solved by plain MSM sweeps over "
+            f"its rows; {', '.join(named)} {'is' if len(named) == 1 else 'are'} not "
+            "available there (pass A dense, or leave the option at its default)"
+        )
+    return sparse_msm.solve_sparse(
+        A,
+        R,
+        penalty,
+        x0,
+        omega=opts.omega,
+        theta=opts.theta,
+        tol=opts.tol,
+        max_iter=opts.max_iter,
+        time_limit=opts.time_limit,
+        record_objective=opts.record_objective,
+        check_convergence=opts.check_convergence,
+        started=started,
     )
 
 
