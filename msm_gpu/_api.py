@@ -53,7 +53,11 @@ def solve(
     A : (n, n) array_like or sparse matrix
         Symmetric positive semidefinite.  NumPy or CuPy arrays, anything NumPy converts
         (lists, tuples, memoryviews, ``np.matrix``; integers become float64), or a
-        SciPy/CuPy sparse matrix (made dense: MSM sweeps a dense A; refused above
+        SciPy/CuPy sparse matrix.  A SciPy sparse A with n > 4096 stays sparse on the
+        CPU: the paper's plain MSM swept over its CSR rows, O(nnz(A)) per column and
+        sweep, no exact finish (``info["representation"] == "sparse"``; callbacks,
+        ``verbose``, ``finish="exact"`` and the baselines are not available there).
+        Smaller or CuPy sparse A are made dense (refused above
         ``problem.DENSE_LIMIT_BYTES``).  For n <= 1000 A is tested up front (Cholesky of
         A + eps I after diagonal scaling) and an indefinite A is a ValueError; for larger
         n, or with ``check_convergence=False``, a run whose iterate or objective stops
