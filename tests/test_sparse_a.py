@@ -118,3 +118,12 @@ def test_time_limit_stops_between_column_groups():
     A, R = laplacian_problem(r=sparse_msm.COLUMNS_PER_CHECK + 1)
     res = mg.solve(A, R, time_limit=1e-9)
     assert res.message == "time limit reached" and not res.converged
+
+
+def test_start_outside_the_box_is_projected():
+    A, R = laplacian_problem()
+    box = mg.Box(-0.2, 0.5)
+    ref = mg.solve(A, R, box, tol=1e-12, max_iter=5000)
+    res = mg.solve(A, R, box, x0=np.full(N, 3.0), tol=1e-12, max_iter=5000)
+    assert res.converged and np.all(np.isfinite(res.objective))
+    np.testing.assert_allclose(res.x, ref.x, rtol=0, atol=1e-9)

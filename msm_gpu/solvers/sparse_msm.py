@@ -24,8 +24,7 @@ import time
 import numpy as np
 
 from ..backends.cpu.jit import njit
-from ..backends.cpu.kernels import prox_scalar
-from ..penalties import CODE_BOX, CODE_L0, CODE_L1
+from ..backends.cpu.kernels import h_scalar, prox_scalar
 from ..result import SolveResult
 from .splitting import make_splitting, relative_theta
 
@@ -33,18 +32,6 @@ from .splitting import make_splitting, relative_theta
 DENSE_MAX_N = 4096
 #: Columns swept between two checks of the time limit.
 COLUMNS_PER_CHECK = 64
-
-
-@njit
-def _h_of(code, t, lam, p):
-    """h(t) inside the bounds (the prox keeps t there)."""
-    if code == CODE_BOX or t == 0.0:
-        return 0.0
-    if code == CODE_L1:
-        return lam * abs(t)
-    if code == CODE_L0:
-        return lam
-    return lam * abs(t) ** p
 
 
 @njit
@@ -94,7 +81,7 @@ def _sweep_columns(
                     f += (
                         d * (g + 0.5 * diag[j] * d)
                         + hz
-                        - _h_of(code, xj, params[j, 0], params[j, 3])
+                        - h_scalar(code, xj, params[j, 0], params[j, 1], params[j, 2], params[j, 3])
                     )
                     x[j] = z
                 step2 += d * d
@@ -176,6 +163,9 @@ def solve_sparse(
         else np.ascontiguousarray(np.atleast_2d(np.asarray(x0).T), dtype=np.float64)
     )
     params = np.ascontiguousarray(penalty.table(n), dtype=np.float64)
+    # a start outside [lb, ub] is projected onto it: F there is +inf, and each row's
+    # change of F (the objective history) needs a finite start
+    xt = np.clip(xt, params[:, 1], params[:, 2])
     diag = a.diagonal().astype(np.float64)
     theta_abs = relative_theta(diag, theta)
     splitting = make_splitting(diag, omega, theta_abs, penalty.is_convex, check=check_convergence)
