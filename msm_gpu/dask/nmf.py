@@ -25,9 +25,11 @@ so the second pass adds at most that much.  ``"bpp"`` and ``"cgd"`` are column b
 already (one pass; ``inner_iterations`` is then the largest count over blocks).  ``"pg"``
 (one step size for all columns) and ``"apg"`` are refused.
 
-Extrapolation between outer iterations (Ang & Gillis, on by default for "msm" and
-"hals") and the choice of the best pair are those of the in-memory loop; the
-extrapolated factors are blockwise ``max(new + beta (new - old), 0)``.
+The outer loop itself -- extrapolation between outer iterations (Ang & Gillis, on by
+default for "msm" and "hals"), the stopping rule, the choice of the best pair -- is the
+in-memory one, :func:`msm_gpu.factorization.loop.alternate`; :class:`OnDask` is its
+strategy for a dask Y (the extrapolated factors are blockwise
+``max(new + beta (new - old), 0)``).
 
 Start: ``init="custom"`` with W and H (NumPy, CuPy or dask) reproduces an in-memory fit
 from the same start.  ``init="random"`` (and ``init=None``, the default) draws the
@@ -39,24 +41,22 @@ not the same numbers: the in-memory draw would need all of H in one process); th
 from __future__ import annotations
 
 import math
-import time
-import warnings
+from contextlib import nullcontext
 
 import numpy as np
 
 from ..arrays import is_cupy, namespace, to_host
 from ..backends import get_backend
 from ..factorization import solvers as ns
-from ..factorization.extrapolation import Extrapolation
 from ..factorization.init import random_source
 from ..factorization.loop import (
     Data,
+    alternate,
     check_data,
     check_params,
     dtype_of,
-    finish_half_steps,
     is_sparse,
-    use_extrapolation,
+    n_components,
 )
 
 #: Solvers whose half-step can run block by block with the in-memory result.
@@ -82,17 +82,10 @@ def fit_transform(model, Y, W=None, H=None):
     _check_dask_data(Y)
     backend = _backend_name(p, Y)
     m, d = Y.shape
-    k = p["n_components"] if p["n_components"] is not None else d
-    if k > min(m, d):
-        warnings.warn(
-            f"n_components = {k} is larger than min(n_samples, n_features) = {min(m, d)}; "
-            "the factorisation is not unique and some components may be redundant",
-            UserWarning,
-            stacklevel=3,
-        )
+    k = n_components(p, m, d)
     dtype = dtype_of(Y)
-    ctx = _Context(Y, backend, dtype, k)
-    norm2, total, nnz = ctx.statistics()
+    ctx = OnDask(Y, backend, dtype, k)
+    norm2, total, _ = ctx.statistics()
     if p["init"] == "custom" or (W is not None and H is not None):
         wt = ctx.factor(W, (m, k), "W", transpose=True)
         h = ctx.factor(H, (k, d), "H", transpose=False)
@@ -114,8 +107,8 @@ def fit_transform(model, Y, W=None, H=None):
         h = avg * abs(rng.standard_normal((k, d), chunks=((k,), ctx.cols)))
         wt = avg * abs(rng.standard_normal((k, m), chunks=((k,), ctx.rows)))
         h, wt = ctx.to_blocks(h), ctx.to_blocks(wt)
-    wt, h, info = run(ctx, wt, h, p, norm2, nnz)
-    info["reconstruction_err"] = ctx.exact_error(wt, h, norm2)
+    wt, h, info = alternate(ctx, wt, h, p)
+    info["reconstruction_err"] = ctx.exact_error(wt, h)
     W_out = wt.T
     model.components_ = h
     model.reconstruction_err_ = info["reconstruction_err"]
@@ -139,16 +132,15 @@ def transform(model, Y):
     if Y.shape[1] != d:
         raise ValueError(f"Y has {Y.shape[1]} features, but NMF was fitted with {d}")
     backend = _backend_name(p, Y)
-    ctx = _Context(Y, backend, dtype_of(Y), k)
+    ctx = OnDask(Y, backend, dtype_of(Y), k)
     ctx.statistics()  # the value checks of Y
     h = ctx.factor(model.components_, (k, d), "components_", transpose=False)
-    g = ctx.gram(h)
-    p_w = ctx.h_yt(h)
+    g, p_w = ctx.w_step_products(h)
     on_gpu = backend == "cuda" or (backend == "auto" and is_cupy(Y._meta))
     solver = ("msm" if p["solver"] in ns.CPU_ONLY else p["solver"]) if on_gpu else "bpp"
     x0 = ctx.to_blocks(p_w.map_blocks(_zeros_like, dtype=ctx.dtype))
     opts = {"omega": p["omega"], "theta": p["theta"], "inner_tol": 1e-9}
-    wt, _ = ctx.half_step(solver, g, p_w, x0, max(int(p["max_iter"]), 2000), **opts)
+    wt, _ = ctx.solve_half_step(solver, g, p_w, x0, max(int(p["max_iter"]), 2000), **opts)
     return wt.T
 
 
@@ -181,103 +173,14 @@ def _backend_name(p, Y):
     return name
 
 
-# -- the alternating loop (mirrors nmf.run) -----------------------------------------------
+class OnDask:
+    """The outer loop's strategy (:class:`~msm_gpu.factorization.loop.Strategy`) for a
+    dask Y: Y, its chunking and the backend choice, building every blockwise step.
 
+    k x k Gram matrices and scalars are computed to the client; W'Y, HY' and the factors
+    are persisted on the workers."""
 
-def run(ctx, wt, h, p, norm2, nnz):
-    m, d = ctx.shape
-    k = ctx.k
-    if p["inner_iter"] == "auto":
-        inner_h = inner_w = ns.balanced_inner_iter(m, d, k, nnz)
-    else:
-        inner_h = inner_w = int(p["inner_iter"])
-    opts = {"inner_tol": p["inner_tol"], "omega": p["omega"], "theta": p["theta"]}
-    opts["finish"] = finish_half_steps(p["finish"], is_sparse(ctx.Y._meta))
-    solver = p["solver"]
-    tol, max_iter, time_limit = p["tol"], p["max_iter"], p["time_limit"]
-
-    start = time.perf_counter()
-    g_h = ctx.gram(h)
-    f = ctx.objective(norm2, wt, g_h, ctx.h_yt(h))
-    history = [(0.0, f)]
-    inner_counts = []
-    message = f"reached max_iter = {max_iter}"
-    converged = False
-    bar = None
-    if p["verbose"]:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=max_iter, desc=f"NMF ({solver}, k={k}, dask)", unit="it")
-    n_iter = 0
-    # extrapolation and the best pair exactly as in memory (nmf.run)
-    ex = Extrapolation() if use_extrapolation(p) else None
-    h_prev, w_prev = h, wt
-    best = (f, wt, h)
-    try:
-        while n_iter < max_iter:
-            h_new, n_h = ctx.half_step(solver, ctx.gram(wt), ctx.wt_y(wt), h, inner_h, **opts)
-            h_hat = _extrapolated(ex, h_new, h_prev)
-            g_h = ctx.gram(h_hat)
-            p_w = ctx.h_yt(h_hat)
-            w_new, n_w = ctx.half_step(solver, g_h, p_w, wt, inner_w, **opts)
-            n_iter += 1
-            f_prev, f = f, ctx.objective(norm2, w_new, g_h, p_w)
-            restarted = False
-            if ex is None:
-                wt, h = w_new, h_new
-            elif ex.update(f, f_prev):
-                wt, h = _extrapolated(ex, w_new, w_prev), h_hat
-            else:  # restart from the plain iterates
-                wt, h = w_new, h_new
-                restarted = True
-            h_prev, w_prev = h_new, w_new
-            if f < best[0]:
-                best = (f, w_new, h_hat)
-            history.append((time.perf_counter() - start, f))
-            inner_counts.append((n_h, n_w))
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(objective=f"{f:.6g}")
-            if tol > 0 and not restarted and f_prev - f <= tol * f_prev:
-                message = f"converged: relative decrease of the objective <= tol = {tol:g}"
-                converged = True
-                break
-            if time_limit is not None and time.perf_counter() - start >= time_limit:
-                message = f"reached time_limit = {time_limit:g} s"
-                break
-    finally:
-        if bar is not None:
-            bar.close()
-    f_best, wt, h = best
-    info = {
-        "n_iter": n_iter,
-        "history": np.asarray(history, dtype=np.float64).reshape(-1, 2),
-        "converged": converged,
-        "message": message,
-        "inner_iterations": np.asarray(inner_counts, dtype=np.int64).reshape(-1, 2),
-        "inner_iter": (inner_h, inner_w),
-        "time": time.perf_counter() - start,
-        "solver": solver,
-        "backend": "cuda" if ctx.on_gpu else "cpu",
-        "objective": f_best,
-        "extrapolation": ex is not None,
-        "restarts": 0 if ex is None else ex.restarts,
-        "n_blocks": (len(ctx.rows), len(ctx.cols)),
-    }
-    return wt, h, info
-
-
-def _extrapolated(ex, new, old):
-    """``max(new + beta (new - old), 0)`` blockwise (Extrapolation.point), persisted."""
-    if ex is None:
-        return new
-    import dask.array as da
-
-    return da.maximum(new + ex.beta * (new - old), 0).persist()
-
-
-class _Context:
-    """Y, its chunking and the backend choice: builds every blockwise step of the fit."""
+    tag = ", dask"
 
     def __init__(self, Y, backend, dtype, k):
         self.Y = Y
@@ -286,6 +189,8 @@ class _Context:
         self.k = k
         self.shape = tuple(int(s) for s in Y.shape)
         self.rows, self.cols = Y.chunks
+        self.sparse = is_sparse(Y._meta)
+        self.norm2 = self.nnz = None  # set by statistics()
         self.on_gpu = backend == "cuda" or (backend == "auto" and is_cupy(Y._meta))
         if self.on_gpu:
             import cupy
@@ -307,6 +212,7 @@ class _Context:
             meta=np.empty((0, 0)),
         )
         s = np.asarray(stats.compute()).reshape(nr, nc, 3).sum(axis=(0, 1))
+        self.norm2, self.nnz = float(s[0]), int(s[2])
         return float(s[0]), float(s[1]), int(s[2])
 
     def to_blocks(self, x):
@@ -342,6 +248,29 @@ class _Context:
             F = F.T
         chunks = ((self.k,), self.rows if transpose else self.cols)
         return self.to_blocks(F.rechunk(chunks))
+
+    # -- the loop's strategy
+
+    def session(self):
+        return nullcontext()
+
+    def h_step_products(self, wt):
+        return self.gram(wt), self.wt_y(wt)
+
+    def w_step_products(self, h):
+        return self.gram(h), self.h_yt(h)
+
+    def extrapolate(self, ex, new, old):
+        """``max(new + beta (new - old), 0)`` blockwise (Extrapolation.point), persisted."""
+        import dask.array as da
+
+        return da.maximum(new + ex.beta * (new - old), 0).persist()
+
+    def describe(self):
+        return {
+            "backend": "cuda" if self.on_gpu else "cpu",
+            "n_blocks": (len(self.rows), len(self.cols)),
+        }
 
     # -- the reductions
 
@@ -400,8 +329,8 @@ class _Context:
     def _meta3(self):
         return self.meta.reshape(0, 0, 0) if hasattr(self.meta, "reshape") else None
 
-    def objective(self, norm2, wt, g_h, p_w):
-        """1/2 ||Y - WH||^2 from G_h = HH' and P_w = HY' (as ``nmf._objective``)."""
+    def objective(self, wt, g_h, p_w):
+        """1/2 ||Y - WH||^2 from G_h = HH' and P_w = HY', as in memory."""
         nb = len(wt.chunks[1])
         parts = wt.map_blocks(
             _objective_block,
@@ -412,14 +341,14 @@ class _Context:
             meta=np.empty((0, 0)),
         )
         s = np.asarray(parts.compute()).reshape(nb, 2).sum(axis=0)
-        return 0.5 * max(norm2 - 2.0 * float(s[0]) + float(s[1]), 0.0)
+        return 0.5 * max(self.norm2 - 2.0 * float(s[0]) + float(s[1]), 0.0)
 
-    def exact_error(self, wt, h, norm2):
+    def exact_error(self, wt, h):
         """||Y - WH||_F: blockwise for dense Y, by the Gram identity for sparse Y."""
         import dask.array as da
 
-        if is_sparse(self.Y._meta):
-            return math.sqrt(2.0 * self.objective(norm2, wt, self.gram(h), self.h_yt(h)))
+        if self.sparse:
+            return math.sqrt(2.0 * self.objective(wt, *self.w_step_products(h)))
         nr, nc = len(self.rows), len(self.cols)
         parts = da.blockwise(
             _residual_block,
@@ -441,7 +370,7 @@ class _Context:
 
     # -- the half-steps
 
-    def half_step(self, solver, g, p, x, max_inner, *, inner_tol, omega, theta, finish=False):
+    def solve_half_step(self, solver, g, p, x, max_inner, *, inner_tol, omega, theta, finish=False):
         """X_new for min_{X >= 0} 1/2 tr(X'GX) - tr(X'P), blockwise, as ``ns.half_step``
         (``finish``: the msm iterate then finished exactly, block by block).
 

@@ -1,12 +1,17 @@
-"""NMF's outer loop in memory: the data, the parameters' checks and the alternating
-half-steps (the estimator and :func:`msm_gpu.nmf` are in :mod:`msm_gpu.apps.nmf`; the Dask
-road, :mod:`msm_gpu.dask.nmf`, shares the checks and the half-steps' finish)."""
+"""NMF's alternating outer loop, :func:`alternate`, the one for Y in memory and on Dask.
+
+The loop (extrapolation, stopping rule, best pair) asks a :class:`Strategy` for the Gram
+products and the half-steps: :class:`InMemory` (:class:`Data` on one backend) here,
+``OnDask`` in :mod:`msm_gpu.dask.nmf`.  Also the data and parameter checks both roads
+share; the estimator and :func:`msm_gpu.nmf` are in :mod:`msm_gpu.apps.nmf`."""
 
 from __future__ import annotations
 
 import math
 import time
 import warnings
+from contextlib import nullcontext
+from typing import Protocol
 
 import numpy as np
 
@@ -119,12 +124,12 @@ class Data:
         return float(self.xp.mean(self.xp.astype(self.y, self.xp.float64)))
 
 
-def _objective(norm2, W, G_h, P_w):
-    """1/2 ||Y - WH||^2 from G_h = HH' and P_w = HY' (k x m): O(m k^2).
+def _objective(norm2, wt, G_h, P_w):
+    """1/2 ||Y - WH||^2 from W' (k x m), G_h = HH' and P_w = HY' (k x m): O(m k^2).
 
     ||Y - WH||^2 = ||Y||^2 - 2 <W', HY'> + <W'W, HH'>."""
-    xp = namespace(W)
-    val = norm2 - 2.0 * float(xp.sum(W.T * P_w)) + float(xp.sum((W.T @ W) * G_h))
+    xp = namespace(wt)
+    val = norm2 - 2.0 * float(xp.sum(wt * P_w)) + float(xp.sum((wt @ wt.T) * G_h))
     return 0.5 * max(val, 0.0)
 
 
@@ -134,7 +139,7 @@ def exact_error(data, W, H):
     if not data.sparse:
         r = data.y - W @ H
         return math.sqrt(float(xp.sum(xp.astype(r * r, xp.float64))))
-    return math.sqrt(2.0 * _objective(data.norm2, W, H @ H.T, data.h_yt(H)))
+    return math.sqrt(2.0 * _objective(data.norm2, W.T, H @ H.T, data.h_yt(H)))
 
 
 def finish_half_steps(finish, sparse):
@@ -207,67 +212,140 @@ def _check_factor(F, shape, name, backend, dtype):
 # -- the alternating loop ----------------------------------------------------------------
 
 
+class Strategy(Protocol):
+    """Where Y lives, as the outer loop (:func:`alternate`) sees it.
+
+    The loop holds both factors as k x c matrices, W' (k x m) and H (k x d), so that both
+    half-steps solve min_{X >= 0} 1/2 tr(X'GX) - tr(X'P) over the columns of X.  A
+    strategy forms the Gram products, solves the half-steps and extrapolates, and decides
+    where each result lives and when it is computed: :class:`InMemory` here, ``OnDask``
+    in :mod:`msm_gpu.dask.nmf` (k x k matrices and scalars on the client, factors and
+    products persisted on the workers).
+    """
+
+    shape: tuple  #: (m, d), Y's shape
+    nnz: int  #: Y's stored entries (m d for dense Y)
+    sparse: bool
+    norm2: float  #: ||Y||_F^2
+    tag: str  #: appended to the progress bar's description
+
+    def session(self):
+        """Context manager around the whole loop."""
+
+    def h_step_products(self, wt):
+        """(G, P) = (W'W, W'Y) of the H-step, for W' (k x m)."""
+
+    def w_step_products(self, h):
+        """(G_h, P_w) = (HH', HY') of the W-step, for H (k x d)."""
+
+    def objective(self, wt, g_h, p_w):
+        """1/2 ||Y - WH||^2 (a float) from W' and the W-step's products."""
+
+    def solve_half_step(self, solver, g, p, x, max_inner, **opts):
+        """(X_new, inner iterations): the half-step from X (k x c), as ``ns.half_step``."""
+
+    def extrapolate(self, ex, new, old):
+        """``ex.point(new, old)``: max(new + beta (new - old), 0)."""
+
+    def describe(self):
+        """Entries of the loop's info dict: at least ``"backend"``."""
+
+
+class InMemory:
+    """The :class:`Strategy` of a Y in memory (:class:`Data`) on one backend."""
+
+    tag = ""
+
+    def __init__(self, data, backend):
+        self.data = data
+        self.backend = backend
+        self.shape, self.nnz, self.sparse = data.shape, data.nnz, data.sparse
+        self.norm2 = data.norm2
+
+    def session(self):
+        # CPU: one BLAS thread for the whole run, all solvers alike
+        return self.backend.limit_host_blas()
+
+    def h_step_products(self, wt):
+        return wt @ wt.T, self.data.wt_y(wt.T)
+
+    def w_step_products(self, h):
+        return h @ h.T, self.data.h_yt(h)
+
+    def objective(self, wt, g_h, p_w):
+        return _objective(self.norm2, wt, g_h, p_w)
+
+    def solve_half_step(self, solver, g, p, x, max_inner, **opts):
+        return ns.half_step(solver, self.backend, g, p, x, max_inner=max_inner, **opts)
+
+    def extrapolate(self, ex, new, old):
+        return ex.point(new, old)
+
+    def describe(self):
+        return {"backend": self.backend.name}
+
+
 def run(data, backend, W, H, p, *, update_w=True, update_h=True):
     """Alternating NNLS from (W, H) on the backend.  Returns W, H and an info dict."""
-    m, d = data.shape
-    k = H.shape[0]
+    wt, H, info = alternate(
+        InMemory(data, backend), W.T, H, p, update_w=update_w, update_h=update_h
+    )
+    return wt.T, H, info
+
+
+def alternate(strategy, wt, h, p, *, update_w=True, update_h=True):
+    """NMF's outer loop from (W', H) for any :class:`Strategy`.
+
+    Returns the best pair (W', H) met and an info dict."""
+    m, d = strategy.shape
+    k = h.shape[0]
     if p["inner_iter"] == "auto":
-        inner_h = inner_w = ns.balanced_inner_iter(m, d, k, data.nnz)
+        inner_h = inner_w = ns.balanced_inner_iter(m, d, k, strategy.nnz)
     else:
         inner_h = inner_w = int(p["inner_iter"])
     opts = {"inner_tol": p["inner_tol"], "omega": p["omega"], "theta": p["theta"]}
-    opts["finish"] = finish_half_steps(p["finish"], data.sparse)
+    opts["finish"] = finish_half_steps(p["finish"], strategy.sparse)
     solver = p["solver"]
     tol, max_iter, time_limit = p["tol"], p["max_iter"], p["time_limit"]
 
     start = time.perf_counter()
-    g_h = H @ H.T
-    f = _objective(data.norm2, W, g_h, data.h_yt(H))
+    g_h, p_w = strategy.w_step_products(h)
+    f = strategy.objective(wt, g_h, p_w)
     history = [(0.0, f)]
     inner_counts = []
     message = f"reached max_iter = {max_iter}"
     converged = False
-    bar = None
-    if p["verbose"]:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=max_iter, desc=f"NMF ({solver}, k={k})", unit="it")
-        bar.set_postfix(objective=f"{f:.6g}")
     n_iter = 0
     # extrapolation between outer iterations (Ang and Gillis 2019, extrapolation.py):
     # the objective of each iteration is that of the pair (W_new, H_hat) the W-step used,
     # and the best such pair is returned
     ex = Extrapolation() if use_extrapolation(p) else None
-    h_prev, w_prev = H, W
-    best = (f, W, H)
-    # CPU: one BLAS thread for the whole run, all solvers alike (module docstring).
-    limit = backend.limit_host_blas()
-    limit.__enter__()
-    try:
+    h_prev, w_prev = h, wt
+    best = (f, wt, h)
+    desc = f"NMF ({solver}, k={k}{strategy.tag})"
+    with strategy.session(), _progress(p["verbose"], max_iter, desc, f) as bar:
         while n_iter < max_iter:
             n_h = n_w = 0
-            h_new, w_new = H, W
+            h_new, w_new = h, wt
             if update_h:
-                g = W.T @ W
-                h_new, n_h = ns.half_step(
-                    solver, backend, g, data.wt_y(W), H, max_inner=inner_h, **opts
-                )
-            h_hat = ex.point(h_new, h_prev) if ex is not None and update_h else h_new
-            g_h = h_hat @ h_hat.T
-            p_w = data.h_yt(h_hat)
+                g, p_h = strategy.h_step_products(wt)
+                h_new, n_h = strategy.solve_half_step(solver, g, p_h, h, inner_h, **opts)
+            h_hat = (
+                strategy.extrapolate(ex, h_new, h_prev) if ex is not None and update_h else h_new
+            )
+            g_h, p_w = strategy.w_step_products(h_hat)
             if update_w:
-                wt, n_w = ns.half_step(solver, backend, g_h, p_w, W.T, max_inner=inner_w, **opts)
-                w_new = wt.T
+                w_new, n_w = strategy.solve_half_step(solver, g_h, p_w, wt, inner_w, **opts)
             n_iter += 1
-            f_prev, f = f, _objective(data.norm2, w_new, g_h, p_w)
+            f_prev, f = f, strategy.objective(w_new, g_h, p_w)
             restarted = False
             if ex is None:
-                W, H = w_new, h_new
+                wt, h = w_new, h_new
             elif ex.update(f, f_prev):
-                W = ex.point(w_new, w_prev) if update_w else w_new
-                H = h_hat
+                wt = strategy.extrapolate(ex, w_new, w_prev) if update_w else w_new
+                h = h_hat
             else:  # restart from the plain iterates
-                W, H = w_new, h_new
+                wt, h = w_new, h_new
                 restarted = True
             h_prev, w_prev = h_new, w_new
             if f < best[0]:
@@ -284,12 +362,7 @@ def run(data, backend, W, H, p, *, update_w=True, update_h=True):
             if time_limit is not None and time.perf_counter() - start >= time_limit:
                 message = f"reached time_limit = {time_limit:g} s"
                 break
-    finally:
-        limit.__exit__(None, None, None)
-        if bar is not None:
-            bar.close()
-    _, W, H = best
-    elapsed = time.perf_counter() - start
+    f_best, wt, h = best
     info = {
         "n_iter": n_iter,
         "history": np.asarray(history, dtype=np.float64).reshape(-1, 2),
@@ -297,20 +370,29 @@ def run(data, backend, W, H, p, *, update_w=True, update_h=True):
         "message": message,
         "inner_iterations": np.asarray(inner_counts, dtype=np.int64).reshape(-1, 2),
         "inner_iter": (inner_h, inner_w),
-        "time": elapsed,
+        "time": time.perf_counter() - start,
         "solver": solver,
-        "backend": backend.name,
-        "objective": best[0],
+        **strategy.describe(),
+        "objective": f_best,
         "extrapolation": ex is not None,
         "restarts": 0 if ex is None else ex.restarts,
     }
-    return W, H, info
+    return wt, h, info
 
 
-def prepare(Y, params, W=None, H=None):
-    check_params(params)
-    Y = check_data(Y)
-    m, d = Y.shape
+def _progress(verbose, total, desc, f):
+    """A tqdm bar that shows the objective (closed on exit), or None when not verbose."""
+    if not verbose:
+        return nullcontext()
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=total, desc=desc, unit="it")
+    bar.set_postfix(objective=f"{f:.6g}")
+    return bar
+
+
+def n_components(params, m, d):
+    """k (``n_components``, or d when None), with a warning when k > min(m, d)."""
     k = params["n_components"]
     if k is None:
         k = d
@@ -319,8 +401,16 @@ def prepare(Y, params, W=None, H=None):
             f"n_components = {k} is larger than min(n_samples, n_features) = {min(m, d)}; "
             "the factorisation is not unique and some components may be redundant",
             UserWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
+    return k
+
+
+def prepare(Y, params, W=None, H=None):
+    check_params(params)
+    Y = check_data(Y)
+    m, d = Y.shape
+    k = n_components(params, m, d)
     backend = get_backend(params["backend"], Y)
     if params["solver"] in ns.CPU_ONLY and backend.name != "cpu":
         raise ValueError(
