@@ -32,6 +32,36 @@ def compiler_unavailable_reason() -> str | None:
     return None
 
 
+def compile_library(out, kernel_file, prelude_text, source_define, driver, extra_flags=()):
+    """Build the shared library ``out`` from ``driver`` (a C++ file that includes the
+    kernel named by ``-D<source_define>``), the prelude NVRTC gets force-included; returns
+    the compiler's warnings.  RuntimeError with the command and log if it fails."""
+    prelude_file = Path(str(out) + ".prelude.h")
+    prelude_file.write_text(prelude_text)
+    cmd = [
+        CXX,
+        *CXXFLAGS,
+        "-Wall",
+        "-Wextra",
+        "-Wno-unused-parameter",
+        *extra_flags,
+        f"-I{KERNEL_DIR}",
+        f"-I{HERE}",
+        "-include",
+        str(prelude_file),
+        f'-D{source_define}="{kernel_file}"',
+        str(driver),
+        "-o",
+        str(out),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"building the CUDA emulator for {kernel_file} failed:\n{' '.join(cmd)}\n{proc.stderr}"
+        )
+    return proc.stderr
+
+
 def build_emulator(build_dir, kernel_file=None, name="libmsm_emu.so", prelude=None):
     """Compile ``kernel_file`` (default: the repository's msm_sweep.cu) for the emulator.
 
@@ -55,29 +85,11 @@ def build_emulator(build_dir, kernel_file=None, name="libmsm_emu.so", prelude=No
 
     kernel_file = Path(kernel_file or KERNEL_DIR / "msm_sweep.cu").resolve()
     out = Path(build_dir) / name
-    prelude_file = Path(build_dir) / (name + ".prelude.h")
-    prelude_file.write_text(penalty_prelude() if prelude is None else prelude)
-    cmd = [
-        CXX,
-        *CXXFLAGS,
-        "-Wall",
-        "-Wextra",
-        "-Wno-unused-parameter",
-        f"-I{KERNEL_DIR}",
-        f"-I{HERE}",
-        "-include",
-        str(prelude_file),
-        f'-DMSM_SWEEP_SOURCE="{kernel_file}"',
-        str(HERE / "emu_kernels.cpp"),
-        "-o",
-        str(out),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(
-            f"building the CUDA emulator for {kernel_file} failed:\n{' '.join(cmd)}\n{proc.stderr}"
-        )
-    return EmulatedKernels(out, warnings=proc.stderr)
+    prelude_text = penalty_prelude() if prelude is None else prelude
+    stderr = compile_library(
+        out, kernel_file, prelude_text, "MSM_SWEEP_SOURCE", HERE / "emu_kernels.cpp"
+    )
+    return EmulatedKernels(out, warnings=stderr)
 
 
 def _pointer(label, arr, dtype, rows, cols, row_stride):
