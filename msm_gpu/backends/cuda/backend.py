@@ -170,28 +170,36 @@ def _expand(path: Path, seen: set) -> str:
     return "\n".join(out) + "\n"
 
 
+#: Compiled modules per (kernel file, device): each .cu is compiled once per process.
 _MODULES: dict = {}
 
 
-def load_module(cupy):
-    """Compile (once per process and device) the sweep kernels as a ``cupy.RawModule``.
+def compile_kernel_file(cupy, file_name, source=None):
+    """Compile (once per process and device) ``kernels/<file_name>`` as a ``cupy.RawModule``;
+    ``source(path)`` gives the text NVRTC gets (default :func:`kernel_source`).
 
     Raises
     ------
     RuntimeError
         Naming the ``.cu`` file if NVRTC rejects it (its log gives file and line).
     """
-    device = cupy.cuda.runtime.getDevice()
-    if device in _MODULES:
-        return _MODULES[device]
-    path = kernel_dir() / KERNEL_FILE
+    key = (file_name, cupy.cuda.runtime.getDevice())
+    if key in _MODULES:
+        return _MODULES[key]
+    path = kernel_dir() / file_name
     try:
-        module = cupy.RawModule(code=kernel_source(path), options=("-std=c++17",))
+        code = (source or kernel_source)(path)
+        module = cupy.RawModule(code=code, options=("-std=c++17",))
         module.compile()
     except Exception as exc:
         raise RuntimeError(f"compiling the CUDA kernels in {path} failed:\n{exc}") from exc
-    _MODULES[device] = module
+    _MODULES[key] = module
     return module
+
+
+def load_module(cupy):
+    """The sweep kernels (``kernels/msm_sweep.cu``), compiled once per process and device."""
+    return compile_kernel_file(cupy, KERNEL_FILE)
 
 
 # ------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .backend import kernel_dir
+from .backend import compile_kernel_file, kernel_dir
 from .backend import kernel_source as _sweep_kernel_source
 
 KERNEL_FILE = "nnls_small.cu"
@@ -283,7 +283,6 @@ def launch(
     return x, status, kkt
 
 
-_MODULES: dict = {}
 _DEVICES: dict = {}
 #: cudaDeviceAttr values (driver_types.h): MaxSharedMemoryPerBlockOptin,
 #: MaxSharedMemoryPerMultiprocessor, MultiProcessorCount.
@@ -291,18 +290,8 @@ _DEVICE_ATTRS = (97, 81, 16)
 
 
 def load_module(cupy):
-    """Compile (once per process and device) ``nnls_small.cu`` as a ``cupy.RawModule``."""
-    device = cupy.cuda.runtime.getDevice()
-    if device in _MODULES:
-        return _MODULES[device]
-    path = kernel_dir() / KERNEL_FILE
-    try:
-        module = cupy.RawModule(code=kernel_source(path), options=("-std=c++17",))
-        module.compile()
-    except Exception as exc:
-        raise RuntimeError(f"compiling the CUDA kernel in {path} failed:\n{exc}") from exc
-    _MODULES[device] = module
-    return module
+    """``nnls_small.cu``, compiled once per process and device."""
+    return compile_kernel_file(cupy, KERNEL_FILE, kernel_source)
 
 
 def _device_limits(cupy):
