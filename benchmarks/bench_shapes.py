@@ -13,7 +13,7 @@ noise at 10% of the signal's RMS; seed 0):
     nnls ar1     C N(0,1) rows with AR(1) correlation rho = 0.6 between neighbouring columns
     lasso ...    C N(0,1) (or AR(1)), x_true signed with 10 nonzeros; lam = f * ||C'd||_inf
     sparse       C scipy.sparse.random, density 1e-3, N(0,1) values (|.| for NNLS), CSC
-    spectra      C: 60 Gaussian peaks (width 0.04) on 300 points, cond(C'C) ~ 1e17; D = C X
+    spectra      C: 60 Gaussian peaks (width 0.04) on 300 points, cond(C'C) ~ 9e16; D = C X
                  + 0.01 noise, X >= 0 with 30% nonzeros (as in bench_nnls.py, wider peaks)
 
 Objectives, computed here in float64 from each solver's x with one formula:
@@ -45,9 +45,12 @@ shows its time extrapolated to all r columns ("> T s (~X s)").  Peak memory: the
 rise of resident memory during a run (Linux VmHWM, reset through /proc/self/clear_refs),
 whatever allocated it (NumPy, Numba, Fortran, Cython), beyond what the worker held before.
 
-    python benchmarks/bench_shapes.py --quick                     # ~3-5 minutes on 2 cores
-    python benchmarks/bench_shapes.py --json out.json --png out.png
+    python benchmarks/bench_shapes.py --quick            # ~5 min on 2 quiet cores (8 busy)
+    python benchmarks/bench_shapes.py --json out.json --png out.png     # ~25 min on 2 cores
     python benchmarks/bench_shapes.py --cases "lasso 0.1" --solvers msm_gpu skglm
+    python benchmarks/bench_shapes.py --from-json out.json --markdown --compact   # re-print
+
+Results and how to read them: docs/benchmarks/shapes.md.
 """
 
 from __future__ import annotations
@@ -418,20 +421,39 @@ def fmt_time(row, limit):
     return row["status"]
 
 
+def finished(res):
+    """Solvers of a case that returned an answer."""
+    return [s for s, r in res["rows"].items() if r["status"] == "ok"]
+
+
+def is_exact(res, name):
+    """True / False, or None where no other solver finished to compare with."""
+    if len(finished(res)) < 2:
+        return None
+    return bool(res["rows"][name].get("exact"))
+
+
 def table_rows(results):
     rows = []
     for res in results:
         peers = [
             r["seconds"]
             for s, r in res["rows"].items()
-            if s != "msm_gpu" and r["status"] == "ok" and r.get("exact")
+            if s != "msm_gpu" and r["status"] == "ok" and is_exact(res, s)
         ]
         best_peer = min(peers) if peers else None
         for name, row in res["rows"].items():
             if row["status"] in ("n/a",):
                 continue
-            gap = row.get("gap")
-            gap_s = "" if gap is None else f"{gap:.1e}" + ("" if row.get("exact") else " !")
+            gap, exact = row.get("gap"), None
+            if row["status"] == "ok":
+                exact = is_exact(res, name)
+            if gap is None:
+                gap_s = ""
+            elif exact is None:
+                gap_s = "(alone)"
+            else:
+                gap_s = f"{gap:.1e}" + ("" if exact else " !")
             if row["status"] == "ok" and row.get("min_x", 0.0) < 0 and res["kind"] == "nnls":
                 gap_s += " (x<0)"
             peak = row.get("peak_bytes")
@@ -454,6 +476,43 @@ def table_rows(results):
 
 
 HEADER = ["case", "solver", "time", "cpu s", "gap", "peak MB", "repr", "/ best exact peer"]
+ALIGN = ["<", "<", ">", ">", ">", ">", "<", ">"]
+
+
+def compact_rows(results):
+    """One row per case: each solver's time (and peak MB), "(inexact)" where its gap is
+    above the tolerance; msm_gpu's representation and its time over the best exact peer."""
+    rows = []
+    for res, full in zip(results, table_rows_by_case(results), strict=True):
+        cells = [res["name"]]
+        for name in SOLVERS:
+            row = res["rows"].get(name)
+            if row is None or row["status"] == "n/a":
+                cells.append("-")
+                continue
+            cell = fmt_time(row, res["limit"])
+            if row["status"] == "ok":
+                cell += f", {row['peak_bytes'] / 2**20:.0f} MB"
+                exact = is_exact(res, name)
+                if exact is False:
+                    cell += f" (gap {row['gap']:.0e})"
+                elif exact is None:
+                    cell += " (alone)"
+            cells.append(cell)
+        msm = full.get("msm_gpu")
+        cells += [msm[6] if msm else "", msm[7] if msm else ""]
+        rows.append(cells)
+    return rows
+
+
+def table_rows_by_case(results):
+    out = []
+    for res in results:
+        out.append({row[1]: row for row in table_rows([res])})
+    return out
+
+
+COMPACT_HEADER = ["case", *SOLVERS, "msm repr", "msm / best exact peer"]
 
 
 def plot(results, solvers, path):
@@ -473,7 +532,7 @@ def plot(results, solvers, path):
         for j, res in enumerate(results):
             row = res["rows"].get(name, {})
             if row.get("status") == "ok":
-                exact = row.get("exact", False)
+                exact = is_exact(res, name) is not False
                 ax.bar(j + shift, row["seconds"], width, color=color, alpha=1.0 if exact else 0.45)
                 if not exact:
                     ax.plot(j + shift, row["seconds"], "kx", markersize=4)
@@ -493,19 +552,54 @@ def plot(results, solvers, path):
     plt.close(fig)
 
 
+NOTE = (
+    "gap: max over columns of (F - F*) / max(F*, 1e-14 F(0)), F* the lowest objective of any "
+    f"solver; '!' = above {EXACT['nnls']:g} (NNLS) / {EXACT['lasso']:g} (Lasso); '(alone)': "
+    "no other solver finished to compare with.  '/ best exact peer': msm_gpu's time over "
+    "the fastest peer whose gap is within those."
+)
+
+
+def save(path, meta, results):
+    with open(path, "w") as f:
+        json.dump({**meta, "results": results}, f, indent=1, default=float)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes (~3-5 min, 2 cores)")
-    parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--json", help="write the results here (after every case)")
     parser.add_argument("--png", help="write the time plot here")
     parser.add_argument("--limit", type=float, help="seconds per solver and case (10 / 30)")
     parser.add_argument("--repeat", type=int, default=3, help="best of this many runs")
     parser.add_argument("--cases", nargs="+", help="only cases whose name contains one of these")
     parser.add_argument("--solvers", nargs="+", default=list(SOLVERS), choices=SOLVERS)
+    parser.add_argument("--from-json", help="print (and plot) a saved run instead of running")
+    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    parser.add_argument("--compact", action="store_true", help="with --from-json: a row per case")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         serve(handle)
+        return
+    if args.from_json:
+        with open(args.from_json) as f:
+            saved = json.load(f)
+        results = saved["results"]
+        print(saved["machine"])
+        print(
+            f"load average {saved['load_start']} -> {saved['load_end']}, "
+            f"total {saved.get('total_seconds', 0):.0f} s\n"
+        )
+        if args.compact:
+            print(format_table(COMPACT_HEADER, compact_rows(results), markdown=args.markdown))
+        else:
+            table = table_rows(results)
+            print(format_table(HEADER, table, markdown=args.markdown, align=ALIGN))
+        print("\n" + NOTE)
+        if args.png:
+            plot(results, SOLVERS, args.png)
+            print(f"PNG: {args.png}")
         return
     limit = args.limit or (10.0 if args.quick else 30.0)
     from _machine import describe
@@ -526,6 +620,14 @@ def main(argv=None):
         f"limit {limit:g} s per solver and case, best of {args.repeat}; workers warmed up on a "
         "tiny problem of each kind first (compile time not counted)\n"
     )
+    meta = {
+        "machine": describe(),
+        "load_start": load0,
+        "quick": args.quick,
+        "limit": limit,
+        "repeat": args.repeat,
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+    }
     results = []
     t_start = time.perf_counter()
     try:
@@ -533,8 +635,10 @@ def main(argv=None):
             for c in todo:
                 t0 = time.perf_counter()
                 results.append(run_case(c, args.solvers, workers, limit, args.repeat, tmp))
-                print(format_table(HEADER, table_rows(results[-1:])))
+                print(format_table(HEADER, table_rows(results[-1:]), align=ALIGN))
                 print(f"({time.perf_counter() - t0:.0f} s)\n", flush=True)
+                if args.json:
+                    save(args.json, {**meta, "load_end": os.getloadavg()}, results)
     finally:
         for w in workers.values():
             w.close()
@@ -542,29 +646,10 @@ def main(argv=None):
     total = time.perf_counter() - t_start
     print(f"load average at end: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}; total {total:.0f} s")
     print()
-    print(format_table(HEADER, table_rows(results)))
-    print(
-        "\ngap: max over columns of (F - F*) / F*, F* the lowest objective of any solver; "
-        f"'!' = above {EXACT['nnls']:g} (NNLS) / {EXACT['lasso']:g} (Lasso).  '/ best exact "
-        "peer': msm_gpu's time over the fastest peer whose gap is within those."
-    )
+    print(format_table(HEADER, table_rows(results), markdown=args.markdown, align=ALIGN))
+    print("\n" + NOTE)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {
-                    "machine": describe(),
-                    "load_start": load0,
-                    "load_end": load1,
-                    "quick": args.quick,
-                    "limit": limit,
-                    "repeat": args.repeat,
-                    "total_seconds": total,
-                    "results": results,
-                },
-                f,
-                indent=1,
-                default=float,
-            )
+        save(args.json, {**meta, "load_end": load1, "total_seconds": total}, results)
         print(f"JSON: {args.json}")
     if args.png:
         plot(results, args.solvers, args.png)
