@@ -47,6 +47,8 @@ def plan(rhs, *, n, m, max_memory, on_device) -> BlockPlan | None:
     n_cols = int(shape[1])
     itemsize = getattr(getattr(rhs, "dtype", None), "itemsize", 8)
     per_column = memory.column_bytes(n, m, itemsize)
+    if max_memory is None and memory.fits_without_asking(n_cols, per_column):
+        return BlockPlan(n_cols, n_cols, memory.SMALL_BATCH_BYTES, per_column)
     budget = memory.workspace_budget(max_memory, on_device)
     return BlockPlan(n_cols, memory.block_columns(n_cols, per_column, budget), budget, per_column)
 

@@ -328,3 +328,16 @@ def test_calls_from_joblib_workers():
     got = joblib.Parallel(n_jobs=2)(joblib.delayed(_nnls_x)(s) for s in range(3))
     for e, g in zip(expected, got, strict=True):
         np.testing.assert_allclose(g, e, rtol=1e-13, atol=1e-15)
+
+
+def test_small_batches_do_not_ask_for_free_memory(monkeypatch):
+    def asked():
+        raise AssertionError("free memory queried for a small batch")
+
+    monkeypatch.setattr(memory, "free_host_bytes", asked)
+    C, D = _data(r=50)
+    res = mg.nnls(C, D)
+    assert res.info["n_blocks"] == 1 and res.info["block_columns"] == 50
+    big = memory.SMALL_BATCH_BYTES // memory.column_bytes(8, 40, 8) + 1
+    with pytest.raises(AssertionError, match="free memory queried"):
+        column_blocks.plan(np.empty((40, big)), n=8, m=40, max_memory=None, on_device=False)

@@ -127,3 +127,14 @@ def test_start_outside_the_box_is_projected():
     res = mg.solve(A, R, box, x0=np.full(N, 3.0), tol=1e-12, max_iter=5000)
     assert res.converged and np.all(np.isfinite(res.objective))
     np.testing.assert_allclose(res.x, ref.x, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("penalty", [mg.Zero(), mg.NonNeg(), mg.L1(0.3)], ids=repr)
+def test_kkt_residual_is_reported_and_small_at_default_options(penalty):
+    """Plain MSM stops on its step; the reported KKT residual says how close it is."""
+    A, R = laplacian_problem(r=2)
+    res = mg.solve(A, R, penalty)
+    kkt = res.info["kkt_residual"]
+    assert kkt.shape == (2,) and np.all(kkt <= 1e-5)
+    tight = mg.solve(A, R, penalty, tol=1e-12, max_iter=5000)
+    assert np.all(tight.info["kkt_residual"] < 1e-10)

@@ -27,6 +27,10 @@ FREE_SHARE = 0.25
 #: copy (2 m words).
 WORDS_PER_N = 12
 WORDS_PER_M = 2
+#: A batch whose whole workspace is below this is one block without asking the OS or the
+#: device for free memory (a quarter of it is never this small where the solvers run):
+#: small calls do not pay the query (tens of microseconds, a /proc read or a CUDA call).
+SMALL_BATCH_BYTES = 16 * 2**20
 
 
 def check_max_memory(max_memory):
@@ -80,6 +84,11 @@ def column_bytes(n: int, m: int, itemsize: int) -> int:
     """Workspace of one column: n unknowns, m data rows (0 for ``solve``)."""
     word = max(int(itemsize), 8)  # float32 runs keep float64 statistics and fine copies
     return word * (WORDS_PER_N * max(int(n), 1) + WORDS_PER_M * max(int(m), 0))
+
+
+def fits_without_asking(n_cols: int, per_column: int) -> bool:
+    """Whether the whole batch is small enough to be one block whatever memory is free."""
+    return int(n_cols) * int(per_column) <= SMALL_BATCH_BYTES
 
 
 def block_columns(n_cols: int, per_column: int, budget: int) -> int:
