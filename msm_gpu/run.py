@@ -20,6 +20,7 @@ from .finish.design_form import (
     check_representation,
     choose_representation,
     design_applies,
+    exact_road,
     solve_design,
 )
 from .finish.objective import kkt_residual_from
@@ -262,7 +263,9 @@ def least_squares(C, D, penalty=None, *, x0=None, backend="auto", representation
     if representation == "auto":  # one choice for the batch: blocks do not change it
         why_not = design_applies(options, penalty, not _on_device(backend, C, D))
         shape = (_rows(C), _columns(C))
-        representation = choose_representation("auto", shape, is_sparse(C), blocks.n_cols, why_not)
+        representation = choose_representation(
+            "auto", shape, is_sparse(C), blocks.n_cols, why_not, exact_road(options, penalty)
+        )
     rhs = D.tocsc() if is_sparse(D) and getattr(D, "format", "csc") not in ("csc", "csr") else D
 
     def solve_block(d_cols, x0_cols, time_limit):
@@ -296,7 +299,9 @@ def _least_squares_whole(
     c = base.design.c
     n_rhs = base.design.d.shape[1] if len(base.design.d.shape) == 2 else 1
     why_not = design_applies(options, penalty, base.backend.on_host)
-    form = choose_representation(representation, c.shape, is_sparse(c), n_rhs, why_not)
+    form = choose_representation(
+        representation, c.shape, is_sparse(c), n_rhs, why_not, exact_road(options, penalty)
+    )
     if form == "design":
 
         def gram_fallback(cols, x0_cols):

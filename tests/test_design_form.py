@@ -93,14 +93,29 @@ def test_the_choice_rule():
 
 
 @pytest.mark.parametrize(
-    "options", [{"finish": None}, {"callback": lambda info: None}, {"tol": 0.0}]
+    "options",
+    [
+        {"callback": lambda info: None},
+        {"verbose": True},
+        {"method": "apg"},
+        {"finish": None, "time_limit": 10.0},
+    ],
 )
 def test_design_refused_where_it_does_not_apply(options):
     c, d = np.eye(3), np.ones(3)
     with pytest.raises(ValueError, match="representation='design'"):
         mg.nnls(c, d, representation="design", **options)
-    with pytest.raises(ValueError, match="representation='design'"):
-        mg.least_squares(c, d, mg.L0(0.1), representation="design")
+
+
+@pytest.mark.parametrize(
+    "penalty, options",
+    [(mg.NonNeg(), {"finish": None}), (mg.NonNeg(), {"tol": 0.0}), (mg.L0(0.1), {})],
+)
+def test_design_runs_plain_msm_where_there_is_no_exact_finish(penalty, options):
+    c, d = np.eye(3), np.ones(3)
+    res = mg.least_squares(c, d, penalty, representation="design", **options)
+    assert res.info["representation"] == "design" and res.n_iter >= 1
+    assert choose_representation("auto", (5000, 100), False, 1, None, exact=False) == "gram"
 
 
 @pytest.mark.parametrize("name", sorted(PENALTIES))

@@ -6,13 +6,14 @@
   reads A.  Right when n is small next to m and many right-hand sides share A.
 - **Design form**: C (dense or sparse) and the residual C x - d per column; an entry of A
   is a dot product of two columns of C, a gradient one column
-  (:func:`msm_gpu.solvers.pwl_active_set.pwl_active_set_design`).  Nothing n x n is formed, so a
-  wide or sparse C with many columns costs O(nnz(C)) per pass, not O(n^2).
+  (:mod:`msm_gpu.solvers.design_msm`,
+  :func:`msm_gpu.solvers.pwl_active_set.pwl_active_set_design`).  Nothing n x n is
+  formed, so a wide or sparse C with many columns costs O(nnz(C)) per pass, not O(n^2).
 
 :func:`choose_representation` picks one from the shape, the sparsity and the number of
 right-hand sides (``representation=`` forces one); :func:`solve_design` runs the design
-form on the host for the convex penalties (the exact finish's active set from x0, no MSM
-sweeps).
+form on the host for the convex penalties: MSM sweeps through the columns of C, then the
+exact finish's active set on the support they found.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from .._input.scaling import equilibration, row_scaled_penalty
 from ..arrays import is_sparse, to_host
 from ..backends.cpu.threads import blas_controller
 from ..result import SolveResult
-from ..solvers.pwl_active_set import pwl_active_set_design
+from ..solvers.design_msm import design_sweeps
+from ..solvers.pwl_active_set import DesignSource, active_set_on_source
+from ..solvers.splitting import make_splitting, relative_theta
 from .columns import PWL_MAX_N
 from .faces import Faces
 from .objective import kkt_residual_from
@@ -55,27 +58,37 @@ def check_representation(representation):
 def design_applies(options, penalty, on_host):
     """Why the design form cannot run these options (a message), or None where it can.
 
-    It is the exact finish's active set from x0: a convex penalty, ``method="msm"`` with
-    a finish, no MSM sweeps asked for (callback, verbose, ``tol=0``), on the host."""
+    It runs MSM (``method="msm"``) on the host: for a convex penalty with a finish, the
+    sweeps then the exact active set; otherwise the paper's plain MSM (then, for L0/Lp,
+    the support polish).  A callback or a progress bar watches the Gram form's loop, and
+    ``time_limit`` is checked there between sweeps."""
     if not on_host:
         return "the design form runs on the CPU backend only"
-    if not penalty.is_convex:
-        return f"the design form needs a convex penalty, got {penalty!r}"
-    if not options.finishes:
-        return "the design form is the exact finish: it needs method='msm', a finish and tol > 0"
+    if options.method != "msm":
+        return f"the design form runs MSM, not method={options.method!r}"
     if options.callback is not None or options.verbose:
-        return "the design form runs no MSM sweeps for a callback or a progress bar to watch"
+        return "a callback or a progress bar watches the Gram form's iterations"
+    if options.time_limit is not None and not exact_road(options, penalty):
+        return "time_limit is checked between the Gram form's sweeps"
     return None
 
 
-def choose_representation(requested, shape, sparse, n_rhs, why_not):
+def exact_road(options, penalty):
+    """The design form's exact road (sweeps, then the active set) applies: a convex
+    penalty and a finish."""
+    return options.finishes and penalty.is_convex
+
+
+def choose_representation(requested, shape, sparse, n_rhs, why_not, exact=True):
     """ "gram" or "design" for C of ``shape`` (m, n) and ``n_rhs`` right-hand sides.
 
     "auto": the design form where it applies (``why_not`` is None) and forming the Gram
     matrix costs more than it saves: a wide C (n > m: A has rank <= m, and the n x n
-    matrix alone is larger than C), a sparse C with many columns, or so few right-hand
-    sides that the design form's passes over C (``DESIGN_PASSES`` a column) cost less than
-    forming C'C (m n^2).
+    matrix alone is larger than C), a sparse C with many columns, or, on the ``exact``
+    road, so few right-hand sides that the design form's passes over C (``DESIGN_PASSES``
+    a column) cost less than forming C'C (m n^2).  Plain MSM sweeps until ``tol`` (often
+    hundreds of passes), and a sweep over a tall C costs m / n times one over its Gram
+    matrix: there only the shape and the sparsity choose.
     """
     requested = check_representation(requested)
     if requested == "design":
@@ -85,7 +98,7 @@ def choose_representation(requested, shape, sparse, n_rhs, why_not):
     if requested == "gram" or why_not is not None:
         return "gram"
     m, n = shape
-    if n > m or (sparse and n > SPARSE_GRAM_MAX_N) or n_rhs * DESIGN_PASSES < n:
+    if n > m or (sparse and n > SPARSE_GRAM_MAX_N) or (exact and n_rhs * DESIGN_PASSES < n):
         return "design"
     return "gram"
 
@@ -94,43 +107,68 @@ def solve_design(problem, options, started, gram_fallback):
     """Solve a prepared least-squares problem (:class:`msm_gpu._input.problem.DesignProblem`) in
     the design form.
 
-    Columns the active set leaves unfinished (``max_iter`` face solves, or F unbounded
-    along a direction of zero curvature: rounding) are handed to ``gram_fallback(cols,
-    x0_user)``, which solves those columns in the Gram form (n <= PWL_MAX_N)."""
+    Convex penalty with a finish: MSM sweeps, then the active set.  Columns it leaves
+    unfinished (``max_iter`` face solves, or F unbounded along a direction of zero
+    curvature: rounding) are handed to ``gram_fallback(cols, x0_user)``, which solves
+    those columns in the Gram form (n <= PWL_MAX_N).  Otherwise: plain MSM sweeps (and the
+    support polish for L0/Lp with a finish)."""
     # every product here is thin (a column or a few): BLAS threads cost more than they
-    # save, and the active set runs its columns on the sweep's threads
+    # save, and the sweeps and the active set run their columns on the sweep's threads
     with blas_controller().limit(limits=1, user_api="blas"):
-        return _solve_design(problem, options, started, gram_fallback)
+        if exact_road(options, problem.penalty):
+            return _solve_exact(problem, options, started, gram_fallback)
+        return _solve_plain(problem, options, started)
 
 
-def _solve_design(problem, options, started, gram_fallback):
-    opts = options.checked(problem.design.c.shape[1])
-    design = problem.design
-    c = design.c
+def _host_design(problem):
+    """C on the host in float64 (CSC when sparse), D's columns (m, r) in internal units,
+    and ||c_j||^2."""
+    c = problem.design.c
     if is_sparse(c):
         c = c.tocsc().astype(np.float64)
     else:
         c = np.asarray(to_host(c), dtype=np.float64)
-    m, n = c.shape
-    d = design.d_columns(np, 0, _n_cols(design.d))  # (m, r) float64, internal units
-    norms = _column_norms_squared(c)
+    d = problem.design.d_columns(np, 0, _n_cols(problem.design.d))
+    return c, d, _column_norms_squared(c)
+
+
+def _solve_exact(problem, options, started, gram_fallback):
+    opts = options.checked(problem.design.c.shape[1])
+    design = problem.design
+    c, d, norms = _host_design(problem)
+    n = c.shape[1]
     s = equilibration(norms)
     pen_s = row_scaled_penalty(problem.penalty, s)
     faces = Faces(np, pen_s, n)
     x0 = problem.x0_internal()
+    source = DesignSource(c, s)
     set_up = time.perf_counter()
-    y, status, iterations = pwl_active_set_design(
-        c, d, faces, x0 / s[:, None], scale=s, threads=opts.threads
-    )
+    # MSM sweeps first (eq. (9) through the columns of C): they find the support at
+    # O(nnz(C)) a sweep; the active set then factorises only its free variables
+    y = np.ascontiguousarray(faces.project(x0 / s[:, None]), dtype=np.float64)
+    diag_s = norms * s * s
+    b_diag = (diag_s + relative_theta(diag_s, opts.theta)) / opts.omega
+    sweeps = design_sweeps(source, d, y, diag_s, b_diag, pen_s, opts.tol, threads=opts.threads)
+    swept_at = time.perf_counter()
+    kkt = _kkt_design(c, d, norms, y * s[:, None], problem.penalty)
+    status = np.ones(y.shape[1], dtype=np.int8)
+    iterations = np.zeros(y.shape[1], dtype=np.int64)
+    finish = np.flatnonzero(sweeps.to_finish | (kkt > opts.tol))
+    if finish.size:
+        y[:, finish], status[finish], iterations[finish] = active_set_on_source(
+            source, d[:, finish], faces, y[:, finish], threads=opts.threads
+        )
     x = y * s[:, None]
     finished = time.perf_counter()
-    kkt = _kkt_design(c, d, norms, x, problem.penalty)
+    if finish.size:
+        kkt[finish] = _kkt_design(c, d[:, finish], norms, x[:, finish], problem.penalty)
     converged = (status == 1) & (kkt <= opts.tol)
     info = {
         "representation": "design",
         "finish": opts.finish,
         "finish_method": "active_set",
         "finish_active_set_iterations": int(iterations.max(initial=0)),
+        "finish_columns": int(finish.size),
         "kkt_residual": kkt,
     }
     f_cols, _ = design.objective(x, problem.penalty)
@@ -146,14 +184,6 @@ def _solve_design(problem, options, started, gram_fallback):
         kkt[todo] = np.where(better, fallback.info["kkt_residual"], kkt[todo])
         converged[todo] = np.where(better, fallback.converged_columns, converged[todo])
         info["gram_fallback_columns"] = int(todo.size)
-    if np.dtype(problem.dtype) != np.float64:  # F at the answer as returned (rounded)
-        x = x.astype(problem.dtype)
-        f_cols, _ = design.objective(x, problem.penalty)
-    fun = float(np.ldexp(np.sum(f_cols), problem.scaling.f_exp))
-    objective = np.empty(0)
-    if opts.record_objective:
-        f0, _ = design.objective(x0, problem.penalty)
-        objective = np.ldexp(np.array([np.sum(f0), np.sum(f_cols)]), problem.scaling.f_exp)
     n_bad = int((~converged).sum())
     message = (
         f"converged: KKT residual <= tol = {opts.tol:g} in every column (design form)"
@@ -161,20 +191,155 @@ def _solve_design(problem, options, started, gram_fallback):
         else f"design form: {n_bad} of {converged.size} columns have a KKT residual above "
         f"tol = {opts.tol:g}"
     )
-    x_user = problem.to_user(x)
+    history = None
+    if opts.record_objective:
+        f0, _ = design.objective(x0, problem.penalty)
+        history = [float(np.sum(f0))]
+    timings = {"setup": set_up - started, "iterations": swept_at - set_up}
+    timings["finish"] = finished - swept_at
+    return _result(
+        problem, opts, started, x, f_cols, history, sweeps.n_iter, converged, message, timings, info
+    )
+
+
+def _solve_plain(problem, options, started):
+    """The paper's plain MSM in the design form (``finish=None``, ``tol=0``, L0/Lp); for
+    L0/Lp with a finish, then the support polish (:func:`_polish_supports`)."""
+    opts = options.checked(problem.design.c.shape[1])
+    design, penalty = problem.design, problem.penalty
+    c, d, norms = _host_design(problem)
+    n = c.shape[1]
+    params = penalty.table(n)
+    # a start outside [lb, ub] is projected onto it: F there is +inf, and the history
+    # adds each row's change of F to a finite start
+    y = np.clip(problem.x0_internal(), params[:, 1:2], params[:, 2:3])
+    y = np.ascontiguousarray(y, dtype=np.float64)
+    source = DesignSource(c)
+    splitting = make_splitting(
+        norms,
+        opts.omega,
+        relative_theta(norms, opts.theta),
+        penalty.is_convex,
+        check=opts.check_convergence,
+    )
+    # the stopping floor of the Gram form: ||C'd|| / tr(C'C) where x is 0
+    floor = np.linalg.norm(np.asarray(c.T @ d), axis=0) / (float(norms.sum()) or 1.0)
+    floor = np.where(floor > 0, floor, np.linalg.norm(y, axis=0))
+    f0, _ = design.objective(y, penalty)
+    set_up = time.perf_counter()
+    max_iter = int(opts.max_iter)
+    sweeps = design_sweeps(
+        source,
+        d,
+        y,
+        norms,
+        splitting.b_diag,
+        penalty,
+        opts.tol,
+        fun=f0,
+        floor=floor,
+        warm=max_iter,
+        cap=max_iter,
+        threads=opts.threads,
+    )
+    swept_at = time.perf_counter()
+    converged = sweeps.met_tol & np.isfinite(sweeps.fun)
+    n_iter = int(sweeps.n_iter.max(initial=0))
+    message = (
+        f"converged: every column met tol = {opts.tol:g}"
+        if converged.all()
+        else f"max_iter = {max_iter} reached before every column converged"
+    )
+    info = {
+        "representation": "design",
+        "finish": None,
+        "omega": float(opts.omega),
+        "theta": float(opts.theta),
+        "delta": float(splitting.delta),
+    }
+    f_cols, _ = design.objective(y, penalty)
+    timings = {"setup": set_up - started, "iterations": swept_at - set_up}
+    if opts.finishes:  # L0 / Lp: least squares on each support, kept where F decreases
+        kept = _polish_supports(source, c, d, y, f_cols, norms, splitting.b_diag, penalty)
+        info.update(finish=opts.finish, finish_method="support_polish", polished_columns=int(kept))
+        message += " (then the support polish)"
+        timings["finish"] = time.perf_counter() - swept_at
+    history = list(sweeps.history[: n_iter + 1]) if opts.record_objective else None
+    return _result(
+        problem, opts, started, y, f_cols, history, sweeps.n_iter, converged, message, timings, info
+    )
+
+
+def _polish_supports(source, c, d, y, f_cols, norms, b_diag, penalty):
+    """For each column: least squares on its support (the nonzeros of y, at most m of
+    them), then one MSM sweep from there (monotone, Theorem 1's nonconvex form); kept,
+    in place of y and f_cols, where F ends below the swept iterate's.  Returns how many
+    columns were kept."""
+    m = c.shape[0]
+    params = penalty.table(y.shape[0])
+    kept = 0
+    for col in range(y.shape[1]):
+        support = np.flatnonzero(y[:, col])
+        if support.size == 0 or support.size > m:
+            continue
+        cs = c[:, support]
+        cs = cs.toarray() if is_sparse(cs) else cs
+        z = np.linalg.lstsq(cs, d[:, col], rcond=None)[0]
+        lb, ub = params[support, 1], params[support, 2]
+        if not np.all(np.isfinite(z)) or np.any(z < lb) or np.any(z > ub):
+            continue
+        cand = np.zeros((y.shape[0], 1))
+        cand[support, 0] = z
+        design_sweeps(
+            source, d[:, col : col + 1], cand, norms, b_diag, penalty, 0.0, warm=1, cap=1, threads=1
+        )
+        f_new = _objective_one(c, d[:, col], cand[:, 0], penalty)
+        if f_new < f_cols[col]:
+            y[:, col] = cand[:, 0]
+            f_cols[col] = f_new
+            kept += 1
+    return kept
+
+
+def _objective_one(c, d, x, penalty):
+    res = np.asarray(c @ x) - d
+    return 0.5 * float(res @ res) + float(np.sum(penalty.value(x)))
+
+
+def _result(
+    problem, opts, started, x, f_cols, history, n_iter_cols, converged, message, timings, info
+):
+    """The SolveResult in the user's units and dtype (F of the answer as returned).
+    ``history``: F before the sweeps, after each (plain MSM) or only before (the exact
+    road)."""
+    finished_after = "finish_method" in info
+    if np.dtype(problem.dtype) != np.float64:  # F at the answer as returned (rounded)
+        x = x.astype(problem.dtype)
+        f_cols, _ = problem.design.objective(x, problem.penalty)
+    fun = float(np.ldexp(np.sum(f_cols), problem.scaling.f_exp))
+    objective = np.empty(0)
+    if history is not None:
+        # F of the answer ends the history: after the sweeps' own entries (their sum of
+        # changes, off by rounding) it replaces the last; after a finish it is appended
+        history = list(history)
+        if finished_after:
+            history.append(float(np.sum(f_cols)))
+        else:
+            history[-1] = float(np.sum(f_cols))
+        objective = np.ldexp(np.asarray(history, dtype=np.float64), problem.scaling.f_exp)
     return SolveResult(
-        x=x_user,
+        x=problem.to_user(x),
         fun=fun,
-        n_iter=0,
-        converged=n_bad == 0,
+        n_iter=int(n_iter_cols.max(initial=0)),
+        converged=bool(converged.all()),
         message=message,
         objective=objective,
         backend=problem.backend.name,
         time=time.perf_counter() - started,
         method="msm",
         converged_columns=converged,
-        n_iter_columns=np.zeros(converged.size, dtype=np.int64),
-        timings={"setup": set_up - started, "finish": finished - set_up},
+        n_iter_columns=n_iter_cols,
+        timings=timings,
         info=info,
     )
 

@@ -60,6 +60,10 @@ MAX_REFUSALS = 8
 #: of an ill-conditioned face), before its point is taken as the answer.
 REFINEMENTS = 2
 
+#: Rows of the design form's factor beyond twice the start's free variables (see
+#: :func:`active_set_on_source`).
+FACTOR_SLACK = 512
+
 #: Table columns handed to the kernel, in this order (see :class:`msm_gpu.finish.faces.Faces`).
 TABLES = ("lo", "hi", "value", "sigma", "left", "right")
 
@@ -580,11 +584,12 @@ def _gram_range(A, R, T, X, Q, tol, max_iter, c0, c1, status, iters):
 
 
 @njit(nogil=True, fastmath=FAST)
-def _design_range(src, D, T, X, Q, tol, max_iter, c0, c1, status, iters):
-    """Columns c0..c1-1 of X, design form: D (m, c) the right-hand sides."""
+def _design_range(src, D, T, X, Q, tol, max_iter, k_max, c0, c1, status, iters):
+    """Columns c0..c1-1 of X, design form: D (m, c) the right-hand sides; a factor of at
+    most k_max rows."""
     n = X.shape[0]
     m = D.shape[0]
-    ws = _workspace(n, min(n, m), m)
+    ws = _workspace(n, k_max, m)
     s_max = _slope_floor(T)
     res = np.empty(m)
     x = np.empty(n)
@@ -699,38 +704,62 @@ def pwl_active_set_design(
     X, status, iterations
         As in :func:`pwl_active_set`.
     """
-    import scipy.sparse
+    D = np.ascontiguousarray(D, dtype=np.float64)
+    if C.shape[0] != D.shape[0]:
+        raise ValueError(f"D must have {C.shape[0]} rows to match C {C.shape}, got {D.shape}")
+    source = DesignSource(C, scale)
+    return active_set_on_source(source, D, faces, X0, tol=tol, max_iter=max_iter, threads=threads)
 
+
+class DesignSource:
+    """C diag(s) as the design-form kernels read it: ``src`` (dense: the columns as rows,
+    C-ordered; sparse: CSC arrays with the entries scaled), ``shape`` (m, n), ``nnz``
+    (entries stored; m n when dense)."""
+
+    def __init__(self, C, scale=None):
+        import scipy.sparse
+
+        m, n = C.shape
+        s = np.ones(n) if scale is None else np.asarray(scale, dtype=np.float64).reshape(n)
+        if scipy.sparse.issparse(C):
+            csc = scipy.sparse.csc_matrix(C, dtype=np.float64)  # a copy only if not CSC
+            csc.sort_indices()
+            counts = np.diff(csc.indptr)
+            self.src = (
+                csc.indptr.astype(np.int64),
+                csc.indices.astype(np.int64),
+                np.repeat(s, counts) * csc.data,  # the columns scaled: a fresh array
+            )
+            self.nnz = int(csc.nnz)
+        else:
+            # the columns of C diag(s) as rows: one pass, C-ordered
+            ct = np.multiply(np.asarray(C).T, s[:, None], dtype=np.float64, order="C")
+            self.src = (ct, s)
+            self.nnz = m * n
+        self.shape = (m, n)
+
+
+def active_set_on_source(source, D, faces, X0=None, *, tol=1e-12, max_iter=None, threads=None):
+    """:func:`pwl_active_set_design` on a prepared :class:`DesignSource`.
+
+    The factor of A_FF is sized for the start: at most min(m, n) rows, and no more than
+    twice the start's free variables plus ``FACTOR_SLACK`` (a dense min(m, n)^2 factor
+    would be 800 MB at m = 10^4).  A variable that finds the factor full moves along
+    its null-space direction instead (:func:`_null_step`: monotone, exact line search)."""
     D = np.ascontiguousarray(D, dtype=np.float64)
     m, c = D.shape
-    n = C.shape[1]
-    if C.shape[0] != m:
-        raise ValueError(f"D must have {C.shape[0]} rows to match C {C.shape}, got {D.shape}")
-    s = np.ones(n) if scale is None else np.asarray(scale, dtype=np.float64).reshape(n)
-    if scipy.sparse.issparse(C):
-        csc = scipy.sparse.csc_matrix(C, dtype=np.float64)  # a copy only if not CSC
-        csc.sort_indices()
-        counts = np.diff(csc.indptr)
-        src = (
-            csc.indptr.astype(np.int64),
-            csc.indices.astype(np.int64),
-            np.repeat(s, counts) * csc.data,  # the columns scaled: a fresh array
-        )
-        per_column = 4.0 * csc.nnz * 10
-    else:
-        # the columns of C diag(s) as rows: one pass, C-ordered
-        ct = np.multiply(np.asarray(C).T, s[:, None], dtype=np.float64, order="C")
-        src = (ct, s)
-        per_column = 4.0 * m * n * 10
+    n = source.shape[1]
     X, Q = _start(faces, np.zeros((n, c)) if X0 is None else X0, (n, c))
     T = _tables(faces)
     max_iter = 3 * n + 30 if max_iter is None else int(max_iter)
     status = np.zeros(c, dtype=np.int8)
     iters = np.zeros(c, dtype=np.int64)
+    free = int((Q % 2 == 1).sum(axis=0).max(initial=0))
+    k_max = min(n, m, 2 * free + FACTOR_SLACK)
     if c:
 
         def kernel(c0, c1):
-            _design_range(src, D, T, X, Q, tol, max_iter, c0, c1, status, iters)
+            _design_range(source.src, D, T, X, Q, tol, max_iter, k_max, c0, c1, status, iters)
 
-        _run(kernel, per_column, c, threads)
+        _run(kernel, 40.0 * source.nnz, c, threads)
     return X, status, iters

@@ -1,0 +1,255 @@
+"""MSM sweeps in the design form: the paper's sweep read through the columns of C.
+
+For least squares A = C'C and r = -C'd, so row j's 1-D problem (eq. (9)) needs
+w_j = (A x)_j + r_j - B_jj x_j = c_j'(C x - d) - B_jj x_j with x updated in place: one
+pass over column j of C against the residual C x - d, kept current after each step
+(res += c_j (z_j - x_j)).  A sweep costs O(nnz(C)) per right-hand side and nothing n x n
+is formed.  With omega = 1 and theta = 0 this is cyclic coordinate descent, the method of
+scikit-learn's and celer's Lasso.
+
+On the exact finish's road the sweeps are a warm start: they find the support cheaply,
+and the active set (:mod:`msm_gpu.solvers.pwl_active_set`) then factorises only its free
+variables.  Where the support is so large that factorising it costs more than sweeping to
+the tolerance (a sparse C with thousands of free variables), the sweeps go on to the end
+and the KKT residual decides (:func:`design_sweeps`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..backends.cpu.jit import njit
+from ..backends.cpu.kernels import h_scalar, prox_scalar
+from ..backends.cpu.threads import run_ranges, sweep_threads, thread_cap
+from .nnls_columns import FAST
+from .pwl_active_set import _gradient, _move
+
+#: Sweeps every column gets before the choice between the active set and more sweeps.
+WARM_SWEEPS = 10
+
+#: The active set is taken when factorising the free variables (f^3 / 3 flops) costs at
+#: most this many sweeps (2 nnz(C) flops each, the gradient and the residual update).
+FACTOR_IN_SWEEPS = 200
+
+#: Sweeps over which the rate of convergence is measured (:func:`_sweep_range`).
+RATE_WINDOW = 10
+
+#: Most sweeps a column gets in all (then the active set takes over from where it is).
+MAX_SWEEPS = 1000
+
+
+@njit(nogil=True, fastmath=FAST)
+def _sweep(src, res, x, diag, b_diag, code, params, zero_r):
+    """One MSM sweep on one column (eq. (9)); returns (||step||^2, ||x||^2, the change
+    of F).  Row j's step d changes F by d (g_j + A_jj d / 2) + h(z) - h(x_j), g = A x + r
+    before the step: the objective history costs nothing extra."""
+    step2 = 0.0
+    size2 = 0.0
+    df = 0.0
+    for j in range(x.shape[0]):
+        b = b_diag[j]
+        if not b > 0.0:  # no curvature (a zero column of C, theta = 0): x_j stays
+            continue
+        xj = x[j]
+        g = _gradient(src, x, res, zero_r, j)
+        lam, lb, ub, p = params[j, 0], params[j, 1], params[j, 2], params[j, 3]
+        z, hz = prox_scalar(code, g - b * xj, b, lam, lb, ub, p)
+        delta = z - xj
+        if delta != 0.0:
+            _move(src, res, j, delta)
+            x[j] = z
+            df += delta * (g + 0.5 * diag[j] * delta) + hz - h_scalar(code, xj, lam, lb, ub, p)
+        step2 += delta * delta
+        size2 += z * z
+    return step2, size2, df
+
+
+@njit(nogil=True)
+def _free_count(x, params):
+    """Variables strictly inside their bounds and away from the kink at 0: the active
+    set's free variables if it started here."""
+    f = 0
+    for j in range(x.shape[0]):
+        if x[j] != 0.0 and params[j, 1] < x[j] < params[j, 2]:
+            f += 1
+    return f
+
+
+@njit(nogil=True)
+def _factor_in_sweeps(x, params, m, nnz):
+    """The active set's factor from x (f^3 / 3 flops, f the free variables, at most m:
+    the factor's rank) counted in sweeps (2 nnz(C) flops)."""
+    f = float(min(_free_count(x, params), m))
+    return f * f * f / 3.0 / (2.0 * nnz)
+
+
+@njit(nogil=True, fastmath=FAST)
+def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, history, c0, c1, out):
+    """Columns c0..c1-1 of X (in place).
+
+    ``settings`` = (tol, nnz, warm, cap): ``warm`` sweeps, then more (up to ``cap`` in
+    all) only where the free variables are too many to factorise, while the rate of
+    convergence promises ``tol`` within them.  A column stops when ||x_{k+1} - x_k|| <=
+    tol max(||x_{k+1}||, floor[col]).  ``fun`` holds F at the start and gets F at the end;
+    ``history[k]`` gains each column's F after min(k, its sweeps).  ``out[col]`` = (sweeps,
+    met tol, hand the column to the active set: 0 or 1).
+    """
+    tol, nnz = settings[0], settings[1]
+    warm, cap = int(settings[2]), int(settings[3])
+    m, n = D.shape[0], X.shape[0]
+    res = np.empty(m)
+    x = np.empty(n)
+    zero_r = np.zeros(n)
+    for col in range(c0, c1):
+        for t in range(m):
+            res[t] = -D[t, col]
+        for j in range(n):
+            x[j] = 0.0
+        for j in range(n):
+            if X[j, col] != 0.0:
+                _move(src, res, j, X[j, col])
+                x[j] = X[j, col]
+        f = fun[col]
+        history[0] += f
+        budget = warm
+        k = 0
+        done = False
+        last = math.inf  # ||step|| RATE_WINDOW sweeps ago
+        while k < budget:
+            step2, size2, df = _sweep(src, res, x, diag, b_diag, code, params, zero_r)
+            k += 1
+            f += df
+            history[k] += f
+            if not (math.isfinite(step2) and math.isfinite(f)):
+                break
+            step, target = math.sqrt(step2), tol * max(math.sqrt(size2), floor[col])
+            done = step <= target
+            if done:
+                break
+            if k == warm:
+                in_sweeps = _factor_in_sweeps(x, params, m, nnz)
+                if in_sweeps > FACTOR_IN_SWEEPS:  # the factor costs more: sweep on
+                    budget = max(warm, min(cap, int(in_sweeps)))
+            if k > warm and (k - warm) % RATE_WINDOW == 0:
+                # linear convergence at the rate seen: hand over early when tol is
+                # further away than the sweeps left (an ill-conditioned face)
+                rate = (step / last) ** (1.0 / RATE_WINDOW) if last > 0.0 else 0.0
+                if rate >= 1.0 or math.log(target / step) / math.log(rate) > budget - k:
+                    break
+            if k >= warm and (k - warm) % RATE_WINDOW == 0:
+                last = step
+        for kk in range(k + 1, history.shape[0]):
+            history[kk] += f
+        for j in range(n):
+            X[j, col] = x[j]
+        fun[col] = f
+        out[col, 0] = k
+        out[col, 1] = 1 if done else 0
+        # a column that met tol with few free variables still gets the active set: it is
+        # cheap there and exact to rounding
+        many = _factor_in_sweeps(x, params, m, nnz) > FACTOR_IN_SWEEPS
+        out[col, 2] = 0 if done and many else 1
+
+
+@dataclass
+class Sweeps:
+    """What :func:`design_sweeps` did, per column: ``n_iter`` sweeps, ``met_tol`` (the
+    step criterion), ``to_finish`` (the active set should take it from here), ``fun`` (F
+    at the end), and ``history`` (the summed F after each sweep, ``cap + 1`` entries)."""
+
+    n_iter: np.ndarray
+    met_tol: np.ndarray
+    to_finish: np.ndarray
+    fun: np.ndarray
+    history: np.ndarray
+
+
+def design_sweeps(
+    source,
+    D,
+    X,
+    diag,
+    b_diag,
+    penalty,
+    tol,
+    *,
+    fun=None,
+    floor=None,
+    warm=WARM_SWEEPS,
+    cap=MAX_SWEEPS,
+    threads=None,
+):
+    """MSM sweeps on every column of X (in place), in the design form.
+
+    Parameters
+    ----------
+    source : msm_gpu.solvers.pwl_active_set.DesignSource
+        C diag(s).
+    D : (m, c) float64 ndarray
+    X : (n, c) float64 C-ordered ndarray
+        Start, overwritten with the swept iterate (of y = x / s).
+    diag, b_diag : (n,) ndarray
+        A_jj of A = S C'C S, and B_jj = (A_jj + theta) / omega of the splitting
+        (:mod:`msm_gpu.solvers.splitting`).
+    penalty : msm_gpu.penalties.Penalty
+        Of y (row-scaled); its table gives the per-row parameters.
+    tol : float
+        A column stops when ||y_{k+1} - y_k|| <= tol max(||y_{k+1}||, floor).
+    fun : (c,) ndarray, optional
+        F at the start per column (for the history; zeros if not given).
+    floor : (c,) ndarray, optional
+        The stopping rule's floor per column (zeros by default).
+    warm, cap : int
+        Sweeps every column gets (unless it meets ``tol`` first), and the most it gets
+        where its free variables are too many to factorise.  ``warm = cap = max_iter``
+        is the paper's plain MSM.
+
+    Returns
+    -------
+    Sweeps
+    """
+    D = np.ascontiguousarray(D, dtype=np.float64)
+    m, c = D.shape
+    n = X.shape[0]
+    params = np.ascontiguousarray(penalty.table(n), dtype=np.float64)
+    diag = np.ascontiguousarray(diag, dtype=np.float64)
+    b_diag = np.ascontiguousarray(b_diag, dtype=np.float64)
+    fun = np.zeros(c) if fun is None else np.array(fun, dtype=np.float64)
+    floor = np.zeros(c) if floor is None else np.ascontiguousarray(floor, dtype=np.float64)
+    settings = np.array([tol, source.nnz, warm, cap], dtype=np.float64)
+    out = np.zeros((c, 3), dtype=np.int64)
+    n_threads = sweep_threads(4.0 * source.nnz * warm * c, c, thread_cap(threads))
+    chunks = 1 if n_threads == 1 or c == 0 else min(c, 8 * n_threads)
+    bounds = np.linspace(0, c, chunks + 1).astype(np.int64)
+    history = np.zeros((chunks, max(warm, cap) + 1))
+
+    def kernel(k):
+        _sweep_range(
+            source.src,
+            D,
+            X,
+            diag,
+            b_diag,
+            penalty.code,
+            params,
+            settings,
+            floor,
+            fun,
+            history[k],
+            bounds[k],
+            bounds[k + 1],
+            out,
+        )
+
+    if c:
+        run_ranges(kernel, chunks, n_threads)
+    return Sweeps(
+        n_iter=out[:, 0].copy(),
+        met_tol=out[:, 1] == 1,
+        to_finish=out[:, 2] == 1,
+        fun=fun,
+        history=history.sum(axis=0),
+    )
