@@ -326,8 +326,8 @@ def test_finish_of_the_msm_half_steps(monkeypatch):
     from msm_gpu.factorization import solvers as ns
 
     calls = []
-    real = ns._active_set_finish
-    monkeypatch.setattr(ns, "_active_set_finish", lambda *a: calls.append(1) or real(*a))
+    real = ns.active_set_finish
+    monkeypatch.setattr(ns, "active_set_finish", lambda *a: calls.append(1) or real(*a))
     rng = np.random.default_rng(8)
     Y = rng.random((30, 40))
     Y[rng.random(Y.shape) > 0.3] = 0.0
@@ -374,7 +374,7 @@ def test_unfinished_active_set_columns_are_never_worse_than_the_msm_iterate(monk
         return x, np.array([True, False, True, False, True]), np.zeros(5, dtype=np.int64)
 
     monkeypatch.setattr(nc, "nnls_active_set", partly_unfinished)
-    got = ns._active_set_finish(G, P, X)
+    got = ns.active_set_finish(G, P, X)
 
     def f(x):
         return np.einsum("ij,ij->j", x, 0.5 * (G @ x) - P)

@@ -460,7 +460,7 @@ class OnDask:
 
 def _stopping_sweep(step2, inner_tol, max_inner):
     """The sweep at which the in-memory inner rule stops, from the summed squared steps."""
-    rule = ns._InnerRule(inner_tol)
+    rule = ns.InnerRule(inner_tol)
     for n, s in enumerate(step2[:max_inner], start=1):
         if rule.stop(float(s)):
             return n
@@ -571,7 +571,7 @@ def _finish_block(x, p, *, g, backend, to):
     be, g, p, x = _solver_arrays(g, p, x, backend, to)
     if not ns.finish_applies(be, g):
         return x
-    return ns._active_set_finish(g, p, x)
+    return ns.active_set_finish(g, p, x)
 
 
 def _column_local_block(x, p, *, g, solver, backend, to, max_inner, inner_tol):

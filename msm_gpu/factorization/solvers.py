@@ -114,8 +114,10 @@ def _fro2(xp, d):
     return float(xp.sum(d * d))
 
 
-class _InnerRule:
-    """The shared inner stopping rule on step norms."""
+class InnerRule:
+    """The inner stopping rule of an NMF half-step, shared by memory and Dask: stop once a
+    sweep's squared step is at most ``inner_tol**2`` times the first sweep's (at once if
+    the first step is zero)."""
 
     def __init__(self, inner_tol):
         self.tol2 = float(inner_tol) ** 2
@@ -186,7 +188,7 @@ def _inner_sweeps(state, xp, max_inner, inner_tol):
     """Sweep until the inner rule stops; return (the iterate, sweeps done)."""
     from ..backends.base import STAT_DIFF2
 
-    rule = _InnerRule(inner_tol)
+    rule = InnerRule(inner_tol)
     n_inner = 0
     with state:
         while n_inner < max_inner:
@@ -205,7 +207,7 @@ def finish_applies(backend, G):
     return face_method("auto", G.shape[0], backend.on_host, NonNeg()) == "active_set"
 
 
-def _active_set_finish(G, P, X):
+def active_set_finish(G, P, X):
     """The exact NNLS solution from the MSM iterate X, in X's dtype (the active set of
     :mod:`msm_gpu.solvers.nnls_columns`).  A column it could not finish keeps the better of its
     last feasible point and X: after a singular start face the active set starts again
@@ -241,7 +243,7 @@ def pg(G, P, X, *, max_inner, inner_tol, beta=0.1, sigma=0.01, max_search=20):
     xp = namespace(X)
     alpha = 1.0
     grad = G @ X - P
-    rule = _InnerRule(inner_tol)
+    rule = InnerRule(inner_tol)
     n_inner = 0
     while n_inner < max_inner:
         x_prev = X
@@ -285,7 +287,7 @@ def apg(G, P, X, *, max_inner, inner_tol):
         return xp.zeros_like(X), 1
     z = X
     t = 1.0
-    rule = _InnerRule(inner_tol)
+    rule = InnerRule(inner_tol)
     n_inner = 0
     while n_inner < max_inner:
         xn = xp.maximum(z - (G @ z - P) / lip, 0.0)
@@ -442,7 +444,7 @@ def half_step(
             omega, theta = 1.0, 0.0
         x_new, n_inner = msm_backend(backend, G, P, X, omega=omega, theta=theta, **opts)
         if solver == "msm" and finish and finish_applies(backend, G):
-            x_new = _active_set_finish(G, P, x_new)
+            x_new = active_set_finish(G, P, x_new)
         return x_new, n_inner
     if solver == "pg":
         return pg(G, P, X, **opts)
