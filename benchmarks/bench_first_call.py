@@ -45,6 +45,7 @@ ROOT = HERE.parent
 PENALTY_ROADS = ("nonneg", "box", "l1", "nonnegl1", "l0", "lp", "zero")
 ROADS = (
     "nnls",
+    "nnls_wide",
     *(f"ls_{p}" for p in PENALTY_ROADS),
     "solve",
     "nmf",
@@ -77,6 +78,9 @@ def _road(mg, np, road):
     D = rng.uniform(size=(50, 10))
     if road == "nnls":
         return lambda: mg.nnls(C, D)
+    if road == "nnls_wide":  # more unknowns than equations: the design form
+        wide = rng.uniform(size=(20, 200))
+        return lambda: mg.nnls(wide, wide[:, :3].sum(axis=1))
     if road.startswith("ls_"):
         penalty = _penalty(mg, road[3:])
         return lambda: mg.least_squares(C, D, penalty=penalty)

@@ -196,3 +196,28 @@ def test_plain_msm_in_the_design_form_on_a_sparse_c():
     exact = mg.nnls(c, d)
     assert res.info["representation"] == "design" and res.converged
     assert res.fun <= exact.fun * (1 + 1e-8)
+
+
+def test_the_working_set_holds_the_nonzeros_and_the_worst_rows():
+    from msm_gpu.solvers.design_msm import WS_BINS, _working_set
+
+    rng = np.random.default_rng(0)
+    x = np.zeros(1000)
+    x[[3, 500, 999]] = [1.0, -2.0, 0.5]
+    scores = rng.uniform(0.0, 1.0, 1000) ** 4  # a spread over many octaves
+    scores[[3, 500]] = 0.0
+    rows = np.empty(1000, dtype=np.int64)
+    k = _working_set(x, scores, 53, rows, np.zeros(WS_BINS, dtype=np.int64))
+    chosen = rows[:k]
+    assert np.all(np.diff(chosen) > 0)  # in increasing order: the sweep's order
+    assert {3, 500, 999} <= set(chosen)
+    others = np.setdiff1d(np.arange(1000), [3, 500, 999])
+    worst = others[np.argsort(-scores[others])[:50]]
+    assert set(worst) <= set(chosen)  # the 50 largest violations, and
+    # and no row far below them: the threshold is the edge of the 50th's quarter-octave bin
+    extra = np.setdiff1d(chosen, [3, 500, 999])
+    assert scores[extra].min() >= scores[worst].min() * 2**-0.25
+    # fewer candidates than the size: all of them; no room: the nonzeros alone
+    k_all = _working_set(x, scores, 5000, rows, np.zeros(WS_BINS, dtype=np.int64))
+    assert k_all == np.count_nonzero((x != 0) | (scores > 0))
+    assert _working_set(x, scores, 2, rows, np.zeros(WS_BINS, dtype=np.int64)) == 3

@@ -86,7 +86,10 @@ def _check_sparse(x, name, ndims):
     if len(x.shape) == 1:  # 1-D sparse arrays (SciPy >= 1.13): as dense as R itself
         return check_array(x.toarray(), name, ndims=ndims)
     _check_shape(x.shape, name, ndims)
-    x = x.tocsr()  # one format from here on (a new object unless x was CSR already)
+    # compressed rows or columns from here on (COO, DOK, LIL... become CSR); a CSC matrix
+    # stays CSC: the design form reads C by columns, and the round trip costs two copies
+    if getattr(x, "format", None) not in ("csr", "csc"):
+        x = x.tocsr()
     if kind == "f" and x.data.size and not bool(module_of(x.data).isfinite(x.data).all()):
         raise ValueError(f"{name} contains NaN or Inf")
     return x

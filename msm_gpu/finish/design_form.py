@@ -125,7 +125,7 @@ def _host_design(problem):
     and ||c_j||^2."""
     c = problem.design.c
     if is_sparse(c):
-        c = c.tocsc().astype(np.float64)
+        c = c.tocsc().astype(np.float64, copy=False)
     else:
         c = np.asarray(to_host(c), dtype=np.float64)
     d = problem.design.d_columns(np, 0, _n_cols(problem.design.d))
@@ -148,12 +148,19 @@ def _solve_exact(problem, options, started, gram_fallback):
     y = np.ascontiguousarray(faces.project(x0 / s[:, None]), dtype=np.float64)
     diag_s = norms * s * s
     b_diag = (diag_s + relative_theta(diag_s, opts.theta)) / opts.omega
-    sweeps = design_sweeps(source, d, y, diag_s, b_diag, pen_s, opts.tol, threads=opts.threads)
+    sweeps = design_sweeps(
+        source, d, y, diag_s, b_diag, pen_s, opts.tol, working_set=True, threads=opts.threads
+    )
     swept_at = time.perf_counter()
-    kkt = _kkt_design(c, d, norms, y * s[:, None], problem.penalty)
+    # the KKT residual decides the columns the sweeps finished alone; the others go to
+    # the active set in any case (and are measured after it)
+    kkt = np.full(y.shape[1], np.inf)
+    alone = np.flatnonzero(~sweeps.to_finish)
+    if alone.size:
+        kkt[alone] = _kkt_design(c, d[:, alone], norms, y[:, alone] * s[:, None], problem.penalty)
     status = np.ones(y.shape[1], dtype=np.int8)
     iterations = np.zeros(y.shape[1], dtype=np.int64)
-    finish = np.flatnonzero(sweeps.to_finish | (kkt > opts.tol))
+    finish = np.flatnonzero(kkt > opts.tol)
     if finish.size:
         y[:, finish], status[finish], iterations[finish] = active_set_on_source(
             source, d[:, finish], faces, y[:, finish], threads=opts.threads
@@ -350,6 +357,10 @@ def _n_cols(d):
 
 def _column_norms_squared(c):
     """||c_j||^2 per column, float64 (dense or sparse C)."""
+    if is_sparse(c) and getattr(c, "format", None) == "csc":  # no squared copy of C
+        column = np.repeat(np.arange(c.shape[1]), np.diff(c.indptr))
+        data = np.asarray(c.data, dtype=np.float64)
+        return np.bincount(column, weights=data * data, minlength=c.shape[1])
     if is_sparse(c):
         return np.asarray(c.multiply(c).sum(axis=0), dtype=np.float64).ravel()
     return np.einsum("ij,ij->j", c, c)

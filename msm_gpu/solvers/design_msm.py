@@ -7,7 +7,9 @@ pass over column j of C against the residual C x - d, kept current after each st
 is formed.  With omega = 1 and theta = 0 this is cyclic coordinate descent, the method of
 scikit-learn's and celer's Lasso.
 
-On the exact finish's road the sweeps are a warm start: they find the support cheaply,
+On the exact finish's road the sweeps are a warm start: first on a working set (the
+nonzeros and the rows farthest from their 1-D optimum, grown while rows outside it still
+violate: celer's and skglm's strategy for the Lasso), so they find the support cheaply,
 and the active set (:mod:`msm_gpu.solvers.pwl_active_set`) then factorises only its free
 variables.  Where the support is so large that factorising it costs more than sweeping to
 the tolerance (a sparse C with thousands of free variables), the sweeps go on to the end
@@ -40,16 +42,27 @@ RATE_WINDOW = 10
 #: Most sweeps a column gets in all (then the active set takes over from where it is).
 MAX_SWEEPS = 1000
 
+#: The working-set phase of the exact road (:func:`_working_set_phase`): its first size,
+#: its most rounds, and the most sweeps on one set.
+WS_START = 64
+WS_ROUNDS = 12
+WS_SWEEPS = 20
+#: Quarter-octave bins of the violations that choose the working set (down to 2^-64 of
+#: the largest; smaller ones share the last bin).
+WS_BINS = 257
+
 
 @njit(nogil=True, fastmath=FAST)
-def _sweep(src, res, x, diag, b_diag, code, params, zero_r):
-    """One MSM sweep on one column (eq. (9)); returns (||step||^2, ||x||^2, the change
-    of F).  Row j's step d changes F by d (g_j + A_jj d / 2) + h(z) - h(x_j), g = A x + r
-    before the step: the objective history costs nothing extra."""
+def _sweep(src, res, x, diag, b_diag, code, params, zero_r, rows, n_rows):
+    """One MSM sweep (eq. (9)) on one column over rows[:n_rows] in order; returns
+    (||step||^2, ||x||^2, the change of F).  Row j's step d changes F by
+    d (g_j + A_jj d / 2) + h(z) - h(x_j), g = A x + r before the step: the objective
+    history costs nothing extra."""
     step2 = 0.0
     size2 = 0.0
     df = 0.0
-    for j in range(x.shape[0]):
+    for a in range(n_rows):
+        j = rows[a]
         b = b_diag[j]
         if not b > 0.0:  # no curvature (a zero column of C, theta = 0): x_j stays
             continue
@@ -65,6 +78,95 @@ def _sweep(src, res, x, diag, b_diag, code, params, zero_r):
         step2 += delta * delta
         size2 += z * z
     return step2, size2, df
+
+
+@njit(nogil=True, fastmath=FAST)
+def _violations(src, res, x, b_diag, code, params, zero_r, scores):
+    """scores[j] = sqrt(B_jj) |prox step of row j|: how far row j is from its 1-D optimum
+    (zero exactly where the KKT conditions hold for it).  One pass over C; returns the
+    largest."""
+    top = 0.0
+    for j in range(x.shape[0]):
+        b = b_diag[j]
+        scores[j] = 0.0
+        if not b > 0.0:
+            continue
+        g = _gradient(src, x, res, zero_r, j)
+        z, _ = prox_scalar(
+            code, g - b * x[j], b, params[j, 0], params[j, 1], params[j, 2], params[j, 3]
+        )
+        scores[j] = abs(z - x[j]) * math.sqrt(b)
+        top = max(top, scores[j])
+    return top
+
+
+@njit(nogil=True)
+def _working_set(x, scores, size, rows, counts):
+    """rows[:k] = the nonzeros of x and the largest violations among the others (about
+    ``size`` rows in all: the threshold is the edge of a quarter-octave bin, so a few more
+    may come), in increasing order; returns k.  A histogram, not a sort: O(n), and no
+    NumPy sort to compile (seconds on a cold cache)."""
+    n = x.shape[0]
+    n_in = 0
+    top = 0.0
+    for j in range(n):
+        if x[j] != 0.0:
+            n_in += 1
+        else:
+            top = max(top, scores[j])
+    take = size - n_in
+    threshold = math.inf
+    if take > 0 and top > 0.0:
+        n_bins = counts.shape[0]
+        counts[:] = 0
+        for j in range(n):
+            if x[j] == 0.0 and scores[j] > 0.0:
+                counts[min(int(-4.0 * math.log2(scores[j] / top)), n_bins - 1)] += 1
+        seen = 0
+        threshold = 0.0
+        for b in range(n_bins - 1):
+            seen += counts[b]
+            if seen >= take:
+                threshold = top * 2.0 ** (-(b + 1) / 4.0)
+                break
+    k = 0
+    for j in range(n):
+        if x[j] != 0.0 or (scores[j] > 0.0 and scores[j] >= threshold):
+            rows[k] = j
+            k += 1
+    return k
+
+
+@njit(nogil=True, fastmath=FAST)
+def _working_set_phase(src, res, x, diag, b_diag, code, params, zero_r, tol, work):
+    """Sweeps on a growing working set (as celer and skglm do for the Lasso): the
+    nonzeros and the rows farthest from their 1-D optimum, swept until the step meets
+    ``tol``; then one pass over all rows, and the set doubles while rows outside it
+    still violate (by more than ``tol`` times the first pass's largest violation).
+    Returns (sweeps, the change of F, whether no row outside the set violates)."""
+    rows, scores, counts = work
+    n = x.shape[0]
+    size = WS_START
+    sweeps = 0
+    df = 0.0
+    first = -1.0
+    for _ in range(WS_ROUNDS):
+        top = _violations(src, res, x, b_diag, code, params, zero_r, scores)
+        if first < 0.0:
+            first = top
+        if top <= tol * first or top == 0.0:
+            return sweeps, df, True
+        k = _working_set(x, scores, size, rows, counts)
+        if k >= n:  # the set is everything: the full sweeps take over
+            return sweeps, df, False
+        for _ in range(WS_SWEEPS):
+            step2, size2, d = _sweep(src, res, x, diag, b_diag, code, params, zero_r, rows, k)
+            sweeps += 1
+            df += d
+            if math.sqrt(step2) <= tol * math.sqrt(size2) or not math.isfinite(d):
+                break
+        size = 2 * max(size, k)
+    return sweeps, df, False
 
 
 @njit(nogil=True)
@@ -90,19 +192,24 @@ def _factor_in_sweeps(x, params, m, nnz):
 def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, history, c0, c1, out):
     """Columns c0..c1-1 of X (in place).
 
-    ``settings`` = (tol, nnz, warm, cap): ``warm`` sweeps, then more (up to ``cap`` in
-    all) only where the free variables are too many to factorise, while the rate of
-    convergence promises ``tol`` within them.  A column stops when ||x_{k+1} - x_k|| <=
+    ``settings`` = (tol, nnz, warm, cap, working set): with the working set (the exact
+    road), :func:`_working_set_phase` first, and no full sweep where it settles; then
+    ``warm`` full sweeps, and more (up to ``cap`` in all) only where the free variables
+    are too many to factorise, while the rate of convergence promises ``tol`` within
+    them.  A column stops when ||x_{k+1} - x_k|| <=
     tol max(||x_{k+1}||, floor[col]).  ``fun`` holds F at the start and gets F at the end;
     ``history[k]`` gains each column's F after min(k, its sweeps).  ``out[col]`` = (sweeps,
     met tol, hand the column to the active set: 0 or 1).
     """
     tol, nnz = settings[0], settings[1]
     warm, cap = int(settings[2]), int(settings[3])
+    use_ws = settings[4] != 0.0
     m, n = D.shape[0], X.shape[0]
     res = np.empty(m)
     x = np.empty(n)
     zero_r = np.zeros(n)
+    every = np.arange(n)
+    work = (np.empty(n, dtype=np.int64), np.empty(n), np.zeros(WS_BINS, dtype=np.int64))
     for col in range(c0, c1):
         for t in range(m):
             res[t] = -D[t, col]
@@ -117,9 +224,17 @@ def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, hi
         budget = warm
         k = 0
         done = False
+        k_ws = 0
+        if use_ws:
+            k_ws, df, done = _working_set_phase(
+                src, res, x, diag, b_diag, code, params, zero_r, tol, work
+            )
+            f += df
+            if done:
+                budget = 0
         last = math.inf  # ||step|| RATE_WINDOW sweeps ago
         while k < budget:
-            step2, size2, df = _sweep(src, res, x, diag, b_diag, code, params, zero_r)
+            step2, size2, df = _sweep(src, res, x, diag, b_diag, code, params, zero_r, every, n)
             k += 1
             f += df
             history[k] += f
@@ -146,7 +261,7 @@ def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, hi
         for j in range(n):
             X[j, col] = x[j]
         fun[col] = f
-        out[col, 0] = k
+        out[col, 0] = k + k_ws
         out[col, 1] = 1 if done else 0
         # a column that met tol with few free variables still gets the active set: it is
         # cheap there and exact to rounding
@@ -180,6 +295,7 @@ def design_sweeps(
     floor=None,
     warm=WARM_SWEEPS,
     cap=MAX_SWEEPS,
+    working_set=False,
     threads=None,
 ):
     """MSM sweeps on every column of X (in place), in the design form.
@@ -206,6 +322,10 @@ def design_sweeps(
         Sweeps every column gets (unless it meets ``tol`` first), and the most it gets
         where its free variables are too many to factorise.  ``warm = cap = max_iter``
         is the paper's plain MSM.
+    working_set : bool
+        Start with the working-set phase (:func:`_working_set_phase`): sweeps over the
+        nonzeros and the worst rows only, the set grown while rows outside violate.  For
+        the exact road, where the active set checks every row afterwards.
 
     Returns
     -------
@@ -219,7 +339,7 @@ def design_sweeps(
     b_diag = np.ascontiguousarray(b_diag, dtype=np.float64)
     fun = np.zeros(c) if fun is None else np.array(fun, dtype=np.float64)
     floor = np.zeros(c) if floor is None else np.ascontiguousarray(floor, dtype=np.float64)
-    settings = np.array([tol, source.nnz, warm, cap], dtype=np.float64)
+    settings = np.array([tol, source.nnz, warm, cap, working_set], dtype=np.float64)
     out = np.zeros((c, 3), dtype=np.int64)
     n_threads = sweep_threads(4.0 * source.nnz * warm * c, c, thread_cap(threads))
     chunks = 1 if n_threads == 1 or c == 0 else min(c, 8 * n_threads)
