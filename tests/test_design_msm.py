@@ -221,3 +221,18 @@ def test_the_working_set_holds_the_nonzeros_and_the_worst_rows():
     k_all = _working_set(x, scores, 5000, rows, np.zeros(WS_BINS, dtype=np.int64))
     assert k_all == np.count_nonzero((x != 0) | (scores > 0))
     assert _working_set(x, scores, 2, rows, np.zeros(WS_BINS, dtype=np.int64)) == 3
+
+
+def test_the_face_tables_reach_the_active_set_in_its_order():
+    from msm_gpu.finish.faces import TABLE_NAMES, Faces
+    from msm_gpu.solvers.pwl_active_set import TABLES, _tables
+
+    assert TABLE_NAMES == TABLES
+    from msm_gpu._input.scaling import row_scaled_penalty
+
+    # per-row tables (the row scaling makes lam differ by row)
+    faces = Faces(np, row_scaled_penalty(mg.L1(1.0), 2.0 ** np.arange(-3, 4)), 7)
+    assert not faces.uniform
+    stacked = _tables(faces)
+    for k, name in enumerate(TABLES):
+        np.testing.assert_array_equal(stacked[k], faces.tables[name])

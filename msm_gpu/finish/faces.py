@@ -16,6 +16,9 @@ from ..penalties import CODE_BOX, CODE_L1
 
 # -- the faces of a convex separable h --------------------------------------------------
 
+#: The per-state tables of :class:`Faces`, in the order of :attr:`Faces.stacked`.
+TABLE_NAMES = ("lo", "hi", "value", "sigma", "left", "right")
+
 
 class Faces:
     """Per-row points and slopes of a convex piecewise-linear h (see the module docstring).
@@ -55,8 +58,10 @@ class Faces:
         slope = np.zeros((n, 3))
         slope[:, 0] = np.where(split, -lam, one_piece)
         slope[:, 1] = np.where(split, lam, 0.0)
-        # per state q = 0..4: i = q // 2
-        tab = {k: np.zeros((n, 5)) for k in ("lo", "hi", "value", "sigma", "left", "right")}
+        # per state q = 0..4: i = q // 2; the six tables are views of one array, which the
+        # host's active set takes as it is (no stacking copy: 24 MB at n = 1e5)
+        stacked = np.zeros((len(TABLE_NAMES), n, 5))
+        tab = dict(zip(TABLE_NAMES, stacked, strict=True))
         free = np.zeros((n, 5), dtype=bool)
         for q in range(5):
             i = q // 2
@@ -70,7 +75,7 @@ class Faces:
                 tab["left"][:, q] = slope[:, i - 1] if i >= 1 else -inf
                 has_right = (i + 1 < n_pts) & (pts[:, i + 1] > pts[:, i])
                 tab["right"][:, q] = np.where(has_right, slope[:, min(i, 2)], inf)
-        tab["value"] = np.where(np.isfinite(tab["value"]), tab["value"], 0.0)
+        tab["value"][~np.isfinite(tab["value"])] = 0.0
         self.xp = xp
         self.uniform = bool(np.all(pts == pts[:1]) and np.all(slope == slope[:1]))
         rows = slice(0, 1) if self.uniform else slice(None)
@@ -78,6 +83,8 @@ class Faces:
         self.lb = xp.asarray(lb[rows, None])
         self.ub = xp.asarray(ub[rows, None])
         self.tables = {k: xp.asarray(v[rows]) for k, v in tab.items()}
+        #: The tables of :data:`TABLE_NAMES` as one (6, rows, 5) NumPy array.
+        self.stacked = stacked[:, rows]
         self.tables["free"] = xp.asarray(free[rows])
 
     def project(self, x):
