@@ -236,3 +236,19 @@ def test_the_face_tables_reach_the_active_set_in_its_order():
     stacked = _tables(faces)
     for k, name in enumerate(TABLES):
         np.testing.assert_array_equal(stacked[k], faces.tables[name])
+
+
+def test_time_limit_bounds_the_design_forms_sweeps_and_skips_the_finish():
+    # as in the Gram form: time_limit applies to the sweeps, and no finish follows a stop
+    rng = np.random.default_rng(4)
+    c = np.abs(rng.standard_normal((60, 3000)))
+    d = c[:, :8] @ rng.uniform(1, 2, 8) + 0.1 * rng.standard_normal(60)
+    free = mg.nnls(c, d)
+    assert free.info["finish_columns"] == 1 and not free.message.startswith("reached")
+    res = mg.nnls(c, d, time_limit=1e-9)
+    assert res.info["representation"] == "design"
+    assert res.message.startswith("reached time_limit")
+    assert res.info["finish_columns"] == 0
+    assert res.converged == bool(np.all(res.info["kkt_residual"] <= 1e-6))
+    assert np.all(res.x >= 0) and np.isfinite(res.fun)
+    assert free.fun <= res.fun * (1 + 1e-12)

@@ -61,7 +61,8 @@ def design_applies(options, penalty, on_host):
     It runs MSM (``method="msm"``) on the host: for a convex penalty with a finish, the
     sweeps then the exact active set; otherwise the paper's plain MSM (then, for L0/Lp,
     the support polish).  A callback or a progress bar watches the Gram form's loop, and
-    ``time_limit`` is checked there between sweeps."""
+    plain MSM's ``time_limit`` is checked there between sweeps (the exact road checks it
+    once its sweeps end, and then runs no finish, as the Gram form does)."""
     if not on_host:
         return "the design form runs on the CPU backend only"
     if options.method != "msm":
@@ -161,6 +162,14 @@ def _solve_exact(problem, options, started, gram_fallback):
     status = np.ones(y.shape[1], dtype=np.int8)
     iterations = np.zeros(y.shape[1], dtype=np.int64)
     finish = np.flatnonzero(kkt > opts.tol)
+    # time_limit bounds the sweeps; as in the Gram form, no finish after a time-limit stop
+    timed_out = opts.time_limit is not None and swept_at - started > opts.time_limit
+    if timed_out and finish.size:
+        kkt[finish] = _kkt_design(
+            c, d[:, finish], norms, y[:, finish] * s[:, None], problem.penalty
+        )
+        status[finish] = 0
+        finish = finish[:0]
     if finish.size:
         y[:, finish], status[finish], iterations[finish] = active_set_on_source(
             source, d[:, finish], faces, y[:, finish], threads=opts.threads
@@ -180,7 +189,7 @@ def _solve_exact(problem, options, started, gram_fallback):
     }
     f_cols, _ = design.objective(x, problem.penalty)
     todo = np.flatnonzero(~converged)
-    if todo.size and n <= PWL_MAX_N:
+    if todo.size and n <= PWL_MAX_N and not timed_out:
         fallback = gram_fallback(todo, problem.to_user(x[:, todo]))
         x_fb = np.ldexp(np.asarray(to_host(fallback.x), dtype=np.float64), -problem.scaling.x_exp)
         x_fb = x_fb.reshape(n, -1)
@@ -198,6 +207,10 @@ def _solve_exact(problem, options, started, gram_fallback):
         else f"design form: {n_bad} of {converged.size} columns have a KKT residual above "
         f"tol = {opts.tol:g}"
     )
+    if timed_out:
+        message = (
+            f"reached time_limit = {opts.time_limit:g} s in the sweeps (no finish); " + message
+        )
     history = None
     if opts.record_objective:
         f0, _ = design.objective(x0, problem.penalty)
