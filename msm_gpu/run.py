@@ -32,7 +32,7 @@ from .solvers import sparse_msm
 from .solvers.loop import run_iterations
 from .solvers.msm import MsmMethod
 from .solvers.proxgrad import ProxGradMethod
-from .solvers.splitting import make_splitting, relative_theta
+from .solvers.splitting import relative_splitting
 
 
 def solve(A, R, penalty=None, *, x0=None, backend="auto", known_psd=False, **options):
@@ -178,12 +178,8 @@ def solve_prepared(problem, started, options):
         out = run_iterations(stepper, n_cols=n_cols, **loop_options)
     else:
         diag_a = np.asarray(to_host(be.xp.diagonal(a)), dtype=np.float64)
-        splitting = make_splitting(
-            diag_a,
-            opts.omega,
-            relative_theta(diag_a, opts.theta),
-            penalty.is_convex,
-            check=opts.check_convergence,
+        splitting = relative_splitting(
+            diag_a, opts.omega, opts.theta, penalty.is_convex, check=opts.check_convergence
         )
         if not opts.finishes:  # the paper's plain MSM
             # x_init is a fresh array (scaled x0 or zeros) that nothing reads afterwards

@@ -28,7 +28,7 @@ from ..backends.cpu.threads import blas_controller
 from ..result import SolveResult
 from ..solvers.design_msm import design_sweeps
 from ..solvers.pwl_active_set import DesignSource, active_set_on_source
-from ..solvers.splitting import make_splitting, relative_theta
+from ..solvers.splitting import b_diagonal, relative_splitting, relative_theta
 from .columns import PWL_MAX_N
 from .faces import Faces
 from .objective import kkt_residual_from
@@ -148,7 +148,9 @@ def _solve_exact(problem, options, started, gram_fallback):
     # O(nnz(C)) a sweep; the active set then factorises only its free variables
     y = np.ascontiguousarray(faces.project(x0 / s[:, None]), dtype=np.float64)
     diag_s = norms * s * s
-    b_diag = (diag_s + relative_theta(diag_s, opts.theta)) / opts.omega
+    # the splitting's B (a warm start: no convergence check, and a zero column of C with
+    # theta = 0 is skipped by the sweep rather than refused)
+    b_diag = b_diagonal(diag_s, opts.omega, relative_theta(diag_s, opts.theta))
     sweeps = design_sweeps(
         source, d, y, diag_s, b_diag, pen_s, opts.tol, working_set=True, threads=opts.threads
     )
@@ -161,23 +163,20 @@ def _solve_exact(problem, options, started, gram_fallback):
         kkt[alone] = _kkt_design(c, d[:, alone], norms, y[:, alone] * s[:, None], problem.penalty)
     status = np.ones(y.shape[1], dtype=np.int8)
     iterations = np.zeros(y.shape[1], dtype=np.int64)
-    finish = np.flatnonzero(kkt > opts.tol)
+    rest = np.flatnonzero(kkt > opts.tol)  # measured below, after the finish if it runs
     # time_limit bounds the sweeps; as in the Gram form, no finish after a time-limit stop
     timed_out = opts.time_limit is not None and swept_at - started > opts.time_limit
-    if timed_out and finish.size:
-        kkt[finish] = _kkt_design(
-            c, d[:, finish], norms, y[:, finish] * s[:, None], problem.penalty
-        )
-        status[finish] = 0
-        finish = finish[:0]
+    finish = rest[:0] if timed_out else rest
+    if timed_out:
+        status[rest] = 0
     if finish.size:
         y[:, finish], status[finish], iterations[finish] = active_set_on_source(
             source, d[:, finish], faces, y[:, finish], threads=opts.threads
         )
     x = y * s[:, None]
     finished = time.perf_counter()
-    if finish.size:
-        kkt[finish] = _kkt_design(c, d[:, finish], norms, x[:, finish], problem.penalty)
+    if rest.size:
+        kkt[rest] = _kkt_design(c, d[:, rest], norms, x[:, rest], problem.penalty)
     converged = (status == 1) & (kkt <= opts.tol)
     info = {
         "representation": "design",
@@ -235,12 +234,8 @@ def _solve_plain(problem, options, started):
     y = np.clip(problem.x0_internal(), params[:, 1:2], params[:, 2:3])
     y = np.ascontiguousarray(y, dtype=np.float64)
     source = DesignSource(c)
-    splitting = make_splitting(
-        norms,
-        opts.omega,
-        relative_theta(norms, opts.theta),
-        penalty.is_convex,
-        check=opts.check_convergence,
+    splitting = relative_splitting(
+        norms, opts.omega, opts.theta, penalty.is_convex, check=opts.check_convergence
     )
     # the stopping floor of the Gram form: ||C'd|| / tr(C'C) where x is 0
     floor = np.linalg.norm(np.asarray(c.T @ d), axis=0) / (float(norms.sum()) or 1.0)
@@ -280,7 +275,7 @@ def _solve_plain(problem, options, started):
     f_cols, _ = design.objective(y, penalty)
     timings = {"setup": set_up - started, "iterations": swept_at - set_up}
     if opts.finishes:  # L0 / Lp: least squares on each support, kept where F decreases
-        kept = _polish_supports(source, c, d, y, f_cols, norms, splitting.b_diag, penalty)
+        kept = _polish_supports(source, design, c, d, y, f_cols, norms, splitting.b_diag, penalty)
         info.update(finish=opts.finish, finish_method="support_polish", polished_columns=int(kept))
         message += " (then the support polish)"
         timings["finish"] = time.perf_counter() - swept_at
@@ -290,7 +285,7 @@ def _solve_plain(problem, options, started):
     )
 
 
-def _polish_supports(source, c, d, y, f_cols, norms, b_diag, penalty):
+def _polish_supports(source, design, c, d, y, f_cols, norms, b_diag, penalty):
     """For each column: least squares on its support (the nonzeros of y, at most m of
     them), then one MSM sweep from there (monotone, Theorem 1's nonconvex form); kept,
     in place of y and f_cols, where F ends below the swept iterate's.  Returns how many
@@ -313,17 +308,12 @@ def _polish_supports(source, c, d, y, f_cols, norms, b_diag, penalty):
         design_sweeps(
             source, d[:, col : col + 1], cand, norms, b_diag, penalty, 0.0, warm=1, cap=1, threads=1
         )
-        f_new = _objective_one(c, d[:, col], cand[:, 0], penalty)
+        f_new = design.objective(cand, penalty, np.array([col]))[0][0]
         if f_new < f_cols[col]:
             y[:, col] = cand[:, 0]
             f_cols[col] = f_new
             kept += 1
     return kept
-
-
-def _objective_one(c, d, x, penalty):
-    res = np.asarray(c @ x) - d
-    return 0.5 * float(res @ res) + float(np.sum(penalty.value(x)))
 
 
 def _result(
@@ -369,13 +359,11 @@ def _n_cols(d):
 
 
 def _column_norms_squared(c):
-    """||c_j||^2 per column, float64 (dense or sparse C)."""
-    if is_sparse(c) and getattr(c, "format", None) == "csc":  # no squared copy of C
+    """||c_j||^2 per column, float64 (dense, or sparse in CSC: no squared copy of C)."""
+    if is_sparse(c):
         column = np.repeat(np.arange(c.shape[1]), np.diff(c.indptr))
         data = np.asarray(c.data, dtype=np.float64)
         return np.bincount(column, weights=data * data, minlength=c.shape[1])
-    if is_sparse(c):
-        return np.asarray(c.multiply(c).sum(axis=0), dtype=np.float64).ravel()
     return np.einsum("ij,ij->j", c, c)
 
 

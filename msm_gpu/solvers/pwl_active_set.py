@@ -614,12 +614,9 @@ def _design_range(src, D, T, X, Q, tol, max_iter, k_max, c0, c1, status, iters):
 
 
 def _tables(faces):
-    # Faces.stacked holds the tables in this order (tests/test_design_msm.py checks it):
-    # taken as it is, no copy when contiguous
-    stacked = getattr(faces, "stacked", None)
-    if stacked is not None:
-        return np.ascontiguousarray(stacked, dtype=np.float64)
-    return np.ascontiguousarray(np.stack([np.asarray(faces.tables[k], np.float64) for k in TABLES]))
+    # Faces.stacked holds the tables in the order of TABLES (tests/test_design_msm.py
+    # checks it): taken as it is, no copy when contiguous
+    return np.ascontiguousarray(faces.stacked, dtype=np.float64)
 
 
 def _start(faces, X0, shape):

@@ -26,7 +26,7 @@ import numpy as np
 from ..backends.cpu.jit import njit
 from ..backends.cpu.kernels import h_scalar, prox_scalar
 from ..result import SolveResult
-from .splitting import make_splitting, relative_theta
+from .splitting import relative_splitting
 
 #: A sparse A with at most this many rows is made dense (the exact finish applies there).
 DENSE_MAX_N = 4096
@@ -167,8 +167,8 @@ def solve_sparse(
     # change of F (the objective history) needs a finite start
     xt = np.clip(xt, params[:, 1], params[:, 2])
     diag = a.diagonal().astype(np.float64)
-    theta_abs = relative_theta(diag, theta)
-    splitting = make_splitting(diag, omega, theta_abs, penalty.is_convex, check=check_convergence)
+    splitting = relative_splitting(diag, omega, theta, penalty.is_convex, check=check_convergence)
+    theta_abs = splitting.theta
     # the stopping floor of the dense road: ||r_c|| / tr(A) where x is 0
     trace = float(diag.sum()) or 1.0
     floor = np.linalg.norm(rt, axis=1) / trace

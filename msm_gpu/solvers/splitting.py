@@ -83,6 +83,17 @@ def guarded_theta(diag_a, theta):
     return 1e-14 * max(float(np.max(diag_a)), 1.0)
 
 
+def b_diagonal(diag_a, omega, theta):
+    """B_jj = (A_jj + theta) / omega: the curvature of row j's 1-D subproblem (eq. (4))."""
+    return (np.asarray(diag_a, dtype=np.float64) + theta) / omega
+
+
+def relative_splitting(diag_a, omega, theta, convex, *, check=True) -> Splitting:
+    """:func:`make_splitting` with ``theta`` relative to the scale of A
+    (:func:`relative_theta`), as ``solve`` and ``least_squares`` take it."""
+    return make_splitting(diag_a, omega, relative_theta(diag_a, theta), convex, check=check)
+
+
 def make_splitting(diag_a, omega, theta, convex, *, check=True) -> Splitting:
     """Build the splitting for a matrix with diagonal ``diag_a``.
 
@@ -93,7 +104,7 @@ def make_splitting(diag_a, omega, theta, convex, *, check=True) -> Splitting:
         is true, if delta <= 0 so that the paper's convergence theorem does not apply.
     """
     diag_a = np.asarray(diag_a, dtype=np.float64)
-    b_diag = (diag_a + theta) / omega
+    b_diag = b_diagonal(diag_a, omega, theta)
     if np.any(b_diag <= 0):
         j = int(np.argmin(b_diag))
         raise ValueError(
