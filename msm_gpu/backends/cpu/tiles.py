@@ -171,6 +171,31 @@ def _product_rows(afold, y, p0, rows, t0, n, work, old, split):
 
 
 @njit(inline="always")
+def _box_pair(y, w0, w1, b, lb, ub):
+    """A row's two vectors through the box prox: z = clip(-w / b, lb, ub) (eq. (9) with
+    h the box's indicator); the same operations as ``kernels.prox_scalar``'s box."""
+    neg_b, low, up = vsplat(y, -b), vsplat(y, lb), vsplat(y, ub)
+    return vmin(vmax(vdiv(w0, neg_b), low), up), vmin(vmax(vdiv(w1, neg_b), low), up)
+
+
+@njit(inline="always")
+def _change_pair(y, b, c_jj, w0, w1, x0, x1, z0, z1):
+    """d = z - x of a row's two vectors, and the quadratic part of F's change there,
+    1/2 b (z^2 - x^2) + w d + 1/2 C_jj d^2 (A = B + C, B_jj = b; the row statistics)."""
+    d0, d1 = vsub(z0, x0), vsub(z1, x1)
+    half_bv, half_cv = vsplat(y, 0.5 * b), vsplat(y, 0.5 * c_jj)
+    e0 = vadd(
+        vadd(vmul(half_bv, vsub(vmul(z0, z0), vmul(x0, x0))), vmul(w0, d0)),
+        vmul(vmul(half_cv, d0), d0),
+    )
+    e1 = vadd(
+        vadd(vmul(half_bv, vsub(vmul(z1, z1), vmul(x1, x1))), vmul(w1, d1)),
+        vmul(vmul(half_cv, d1), d1),
+    )
+    return d0, d1, e0, e1
+
+
+@njit(inline="always")
 def _solve_panel(code, afold, b_diag, params, r, y, work, wc, p0, rows, t0, stats, buf):
     """Solve the rows p0..p0+rows-1 of the tile at column t0 in place from their panel
     product in ``work[:, wc:wc+W]``; add their statistics (as ``kernels._solve_row``)
@@ -200,8 +225,7 @@ def _solve_panel(code, afold, b_diag, params, r, y, work, wc, p0, rows, t0, stat
         neg_b, low, up = vsplat(y, -b), vsplat(y, lb), vsplat(y, ub)
         zero = vzero(y)
         if code == CODE_BOX:
-            z0 = vmin(vmax(vdiv(w0, neg_b), low), up)
-            z1 = vmin(vmax(vdiv(w1, neg_b), low), up)
+            z0, z1 = _box_pair(y, w0, w1, b, lb, ub)
             h0 = h1 = zero
         elif code == CODE_L1:
             a0, a1 = vdiv(w0, neg_b), vdiv(w1, neg_b)
@@ -213,8 +237,7 @@ def _solve_panel(code, afold, b_diag, params, r, y, work, wc, p0, rows, t0, stat
             lamv = vsplat(y, lam)
             h0, h1 = vmul(lamv, vabs(z0)), vmul(lamv, vabs(z1))
         elif code == CODE_L0 and lb <= 0.0 and ub >= 0.0:
-            c0v = vmin(vmax(vdiv(w0, neg_b), low), up)
-            c1v = vmin(vmax(vdiv(w1, neg_b), low), up)
+            c0v, c1v = _box_pair(y, w0, w1, b, lb, ub)
             half_b, lamv = vsplat(y, 0.5 * b), vsplat(y, lam)
             # keep c iff 1/2 b c^2 + w c + lam < 0 (strict: tie -> 0)
             g0 = vadd(vadd(vmul(vmul(half_b, c0v), c0v), vmul(w0, c0v)), lamv)
@@ -232,17 +255,7 @@ def _solve_panel(code, afold, b_diag, params, r, y, work, wc, p0, rows, t0, stat
                 buf[1, col] = hz
             z0, z1 = vload(work, jj, wc), vload(work, jj, wc + L)
             h0, h1 = vload(buf, 1, 0), vload(buf, 1, L)
-        d0, d1 = vsub(z0, x0), vsub(z1, x1)
-        half_bv, half_cv = vsplat(y, 0.5 * b), vsplat(y, 0.5 * afold[j, j])  # C_jj
-        # 1/2 b (z^2 - x^2) + w d + 1/2 C_jj d^2
-        e0 = vadd(
-            vadd(vmul(half_bv, vsub(vmul(z0, z0), vmul(x0, x0))), vmul(w0, d0)),
-            vmul(vmul(half_cv, d0), d0),
-        )
-        e1 = vadd(
-            vadd(vmul(half_bv, vsub(vmul(z1, z1), vmul(x1, x1))), vmul(w1, d1)),
-            vmul(vmul(half_cv, d1), d1),
-        )
+        d0, d1, e0, e1 = _change_pair(y, b, afold[j, j], w0, w1, x0, x1, z0, z1)
         q00, q01 = vadd(q00, e0), vadd(q01, e1)
         q10, q11 = vadd(q10, h0), vadd(q11, h1)
         q20, q21 = vfma(d0, d0, q20), vfma(d1, d1, q21)
@@ -278,19 +291,8 @@ def _box_row(afold, y, solving, jj):
     w1 = vadd(w1, vload(r, j, t0 + L))
     x0, x1 = vload(y, j, t0), vload(y, j, t0 + L)
     b = b_diag[ju]
-    neg_b, low, up = vsplat(y, -b), vsplat(y, params[ju, 1]), vsplat(y, params[ju, 2])
-    z0 = vmin(vmax(vdiv(w0, neg_b), low), up)
-    z1 = vmin(vmax(vdiv(w1, neg_b), low), up)
-    d0, d1 = vsub(z0, x0), vsub(z1, x1)
-    half_bv, half_cv = vsplat(y, 0.5 * b), vsplat(y, 0.5 * afold[ju, ju])  # C_jj
-    e0 = vadd(
-        vadd(vmul(half_bv, vsub(vmul(z0, z0), vmul(x0, x0))), vmul(w0, d0)),
-        vmul(vmul(half_cv, d0), d0),
-    )
-    e1 = vadd(
-        vadd(vmul(half_bv, vsub(vmul(z1, z1), vmul(x1, x1))), vmul(w1, d1)),
-        vmul(vmul(half_cv, d1), d1),
-    )
+    z0, z1 = _box_pair(y, w0, w1, b, params[ju, 1], params[ju, 2])
+    d0, d1, e0, e1 = _change_pair(y, b, afold[ju, ju], w0, w1, x0, x1, z0, z1)
     zero = vzero(y)  # h = 0 inside the box (added as _solve_panel adds it)
     vstore(q, 0, 0, vadd(vload(q, 0, 0), e0))
     vstore(q, 0, L, vadd(vload(q, 0, L), e1))
