@@ -6,6 +6,7 @@ One home for these so that no module grows its own ``_host``/``_is_cupy`` again.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -86,3 +87,43 @@ def is_sparse(x) -> bool:
 
         return scipy.sparse.issparse(x)
     return False
+
+
+@dataclass(frozen=True)
+class ArrayKind:
+    """What the solver asks of an input array, found once and then read, not asked again.
+
+    Attributes
+    ----------
+    xp : module
+        ``numpy`` or ``cupy``: the module that owns the array (its data, when sparse).
+    sparse : bool
+        A SciPy or cupyx sparse matrix.
+    on_device : bool
+        The array lives on a GPU (CuPy).
+    dtype : numpy dtype
+    shape : tuple of int
+    """
+
+    xp: object
+    sparse: bool
+    on_device: bool
+    dtype: np.dtype
+    shape: tuple
+
+    @classmethod
+    def of(cls, x) -> ArrayKind:
+        """The kind of the array (or sparse matrix) ``x``."""
+        on_device = is_cupy(x)
+        return cls(
+            xp=module_of(x),
+            sparse=is_sparse(x),
+            on_device=on_device,
+            dtype=np.dtype(x.dtype),
+            shape=tuple(int(k) for k in x.shape),
+        )
+
+    @property
+    def n_cols(self) -> int:
+        """Columns of a 2-D array; 1 for a vector (one right-hand side)."""
+        return self.shape[1] if len(self.shape) == 2 else 1

@@ -24,12 +24,12 @@ from .finish.design_form import (
     solve_design,
 )
 from .finish.objective import kkt_residual_from
-from .finish.run import run_msm_finished
+from .finish.run import run_active_set, run_msm_finished, starts_at_active_set
 from .options import SolveOptions
 from .penalties import Zero
 from .result import SolveResult
 from .solvers import sparse_msm
-from .solvers.loop import run_iterations
+from .solvers.loop import LoopSettings, run_iterations
 from .solvers.msm import MsmMethod
 from .solvers.proxgrad import ProxGradMethod
 from .solvers.splitting import relative_splitting
@@ -160,22 +160,22 @@ def solve_prepared(problem, started, options):
     else:
         x_init = be.xp.zeros_like(r)
 
-    loop_options = {
-        "tol": opts.tol,
-        "max_iter": opts.max_iter,
-        "time_limit": opts.time_limit,
-        "record_objective": opts.record_objective,
-        "callback": opts.callback,
-        "to_user": problem.to_user,
-        "start_time": started,
-        "x_floor": problem.x_floor,
-        "verbose": opts.verbose,
-        "objective_to_user": problem.scaling.fun_to_user,
-    }
+    settings = LoopSettings(
+        tol=opts.tol,
+        max_iter=opts.max_iter,
+        time_limit=opts.time_limit,
+        record_objective=opts.record_objective,
+        start_time=started,
+        callback=opts.callback,
+        to_user=problem.to_user,
+        x_floor=problem.x_floor,
+        verbose=opts.verbose,
+        objective_to_user=problem.scaling.fun_to_user,
+    )
     n_cols = r.shape[1]
     if opts.method != "msm":
         stepper = ProxGradMethod(opts.method, be, a, r, x_init, penalty)
-        out = run_iterations(stepper, n_cols=n_cols, **loop_options)
+        out = run_iterations(stepper, n_cols=n_cols, settings=settings)
     else:
         diag_a = np.asarray(to_host(be.xp.diagonal(a)), dtype=np.float64)
         splitting = relative_splitting(
@@ -194,9 +194,14 @@ def solve_prepared(problem, started, options):
                 threads=opts.threads,
                 x0_owned=True,
             )
-            out = run_iterations(stepper, n_cols=n_cols, **loop_options)
-        else:  # sweeps find the face, an exact solve on it finishes (finish/run.py)
-            out = run_msm_finished(
+            out = run_iterations(stepper, n_cols=n_cols, settings=settings)
+        else:
+            road = run_msm_finished  # sweeps find the face, an exact solve on it finishes
+            if problem.psd_known and starts_at_active_set(
+                opts.finish, a.shape[0], be.on_host, penalty, settings
+            ):  # NNLS, l1 on the host: the active set from x_init, no sweep (finish/run.py)
+                road = run_active_set
+            out = road(
                 be,
                 a,
                 r,
@@ -209,7 +214,7 @@ def solve_prepared(problem, started, options):
                 fine=problem.fine,
                 design=problem.design,
                 threads=opts.threads,
-                **loop_options,
+                settings=settings,
             )
     user = user_outcome(problem, out)
     if opts.method == "msm":
@@ -242,12 +247,13 @@ def least_squares(C, D, penalty=None, *, x0=None, backend="auto", representation
     user_options = options
     options = SolveOptions.from_keywords(**options)
     check_representation(representation)
+    on_device = _on_device(backend, C, D)
     blocks = column_blocks.plan(
         D,
         n=_columns(C),
         m=_rows(C),
         max_memory=check_max_memory(options.max_memory),
-        on_device=_on_device(backend, C, D),
+        on_device=on_device,
     )
     if blocks is None or blocks.n_blocks == 1:
         res = _least_squares_whole(
@@ -257,7 +263,7 @@ def least_squares(C, D, penalty=None, *, x0=None, backend="auto", representation
             res.info.update(n_blocks=1, block_columns=blocks.n_cols)
         return res
     if representation == "auto":  # one choice for the batch: blocks do not change it
-        why_not = design_applies(options, penalty, not _on_device(backend, C, D))
+        why_not = design_applies(options, penalty, not on_device)
         shape = (_rows(C), _columns(C))
         representation = choose_representation(
             "auto", shape, is_sparse(C), blocks.n_cols, why_not, exact_road(options, penalty)
@@ -292,11 +298,15 @@ def _least_squares_whole(
     """One in-memory least-squares solve of all the columns of D at once."""
     started = time.perf_counter() if started is None else started
     base = prepare_design(C, D, penalty, x0, backend)
-    c = base.design.c
-    n_rhs = base.design.d.shape[1] if len(base.design.d.shape) == 2 else 1
+    c_kind = base.design.c_kind
     why_not = design_applies(options, penalty, base.backend.on_host)
     form = choose_representation(
-        representation, c.shape, is_sparse(c), n_rhs, why_not, exact_road(options, penalty)
+        representation,
+        c_kind.shape,
+        c_kind.sparse,
+        base.design.d_kind.n_cols,
+        why_not,
+        exact_road(options, penalty),
     )
     if form == "design":
 

@@ -14,6 +14,7 @@ import msm_gpu as mg
 from msm_gpu.backends import get_backend
 from msm_gpu.demo.study import solve_with
 from msm_gpu.solvers import METHODS, lipschitz_constant, run_baseline
+from msm_gpu.solvers.loop import LoopSettings
 
 BE = get_backend("cpu")
 
@@ -30,20 +31,8 @@ def raw(method, a, r, penalty, *, x0=None, tol=0.0, max_iter=50, trace=None, **k
     x0 = np.zeros_like(r) if x0 is None else x0
     opts = dict(time_limit=None, record_objective=True, callback=None)
     opts.update(kw)
-    outcome = run_baseline(
-        method,
-        BE,
-        a,
-        r,
-        x0,
-        penalty,
-        tol=tol,
-        max_iter=max_iter,
-        to_user=lambda x: x,
-        start_time=time.perf_counter(),
-        trace=trace,
-        **opts,
-    )
+    settings = LoopSettings(tol=tol, max_iter=max_iter, start_time=time.perf_counter(), **opts)
+    outcome = run_baseline(method, BE, a, r, x0, penalty, settings, trace=trace)
     return vars(outcome)
 
 

@@ -16,7 +16,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ..arrays import is_sparse, module_of, to_host
+from ..arrays import ArrayKind, module_of, to_host
 
 #: Entries (m x columns) of the residual formed at a time: bounds the extra memory.
 BLOCK_ENTRIES = 1 << 22
@@ -41,6 +41,16 @@ class Design:
     d: object
     d_exp: int = 0
     cols: object = None
+
+    @cached_property
+    def c_kind(self) -> ArrayKind:
+        """C's kind (sparse or dense, host or device), found once."""
+        return ArrayKind.of(self.c)
+
+    @cached_property
+    def d_kind(self) -> ArrayKind:
+        """D's kind, found once."""
+        return ArrayKind.of(self.d)
 
     def columns(self, cols):
         """The design of the columns ``cols`` of D (of this design's columns)."""
@@ -102,14 +112,14 @@ class Design:
     def d_columns(self, xp, start, stop, cols=None):
         """Columns start..stop of D (or of D[:, cols]) in float64, internal units, dense
         (m, stop - start)."""
-        d = self.d
+        d, sparse = self.d, self.d_kind.sparse
         if len(d.shape) == 1:
-            d = d.reshape(-1, 1) if is_sparse(d) else xp.reshape(d, (-1, 1))
+            d = d.reshape(-1, 1) if sparse else xp.reshape(d, (-1, 1))
         pick = slice(start, stop) if cols is None else cols[start:stop]
-        if cols is not None and not is_sparse(d):
+        if cols is not None and not sparse:
             pick = xp.asarray(pick)  # a device index for a CuPy D
         block = d[:, pick]
-        if is_sparse(block):
+        if sparse:
             block = block.toarray()
         block = xp.astype(xp.asarray(block), xp.float64)
         if self.d_exp:

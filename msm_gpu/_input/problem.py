@@ -185,7 +185,7 @@ def gram_problem(base, penalty, *, fine_gram=False) -> Problem:
     be, design, dtype = base.backend, base.design, base.dtype
     c, d, d_exp = design.c, design.d, design.d_exp
     n = c.shape[1]
-    if is_sparse(c):
+    if design.c_kind.sparse:
         _check_dense_size(n, dtype, "C", "A = C'C")
     fine = None
     if fine_gram and np.dtype(dtype) != np.float64:
@@ -197,8 +197,8 @@ def gram_problem(base, penalty, *, fine_gram=False) -> Problem:
         if len(d.shape) == 1:
             r = r[:, 0]
     else:
-        a = (c.T @ c).toarray() if is_sparse(c) else be.xp.matmul(c.T, c)
-        if is_sparse(d):
+        a = (c.T @ c).toarray() if design.c_kind.sparse else be.xp.matmul(c.T, c)
+        if design.d_kind.sparse:
             r = -((d.T @ c).T)  # sparse @ (dense or sparse)
             r = r.toarray() if is_sparse(r) else r
         else:

@@ -125,11 +125,11 @@ def _host_design(problem):
     """C on the host in float64 (CSC when sparse), D's columns (m, r) in internal units,
     and ||c_j||^2."""
     c = problem.design.c
-    if is_sparse(c):
+    if problem.design.c_kind.sparse:
         c = c.tocsc().astype(np.float64, copy=False)
     else:
         c = np.asarray(to_host(c), dtype=np.float64)
-    d = problem.design.d_columns(np, 0, _n_cols(problem.design.d))
+    d = problem.design.d_columns(np, 0, problem.design.d_kind.n_cols)
     return c, d, _column_norms_squared(c)
 
 
@@ -352,10 +352,6 @@ def _result(
         timings=timings,
         info=info,
     )
-
-
-def _n_cols(d):
-    return d.shape[1] if len(d.shape) == 2 else 1
 
 
 def _column_norms_squared(c):

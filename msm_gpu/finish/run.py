@@ -7,8 +7,8 @@ face solved exactly, batched over columns, the KKT conditions checked and the vi
 exchanged (:mod:`.pivoting`), every finished column kept only where F does not increase,
 and the columns the finish cannot settle resumed by plain MSM.
 
-NNLS and the other piecewise-linear penalties on the host (n <= ACTIVE_SET_MAX_N) take a
-shorter road: no sweeps, an active set per column from x0 (:mod:`msm_gpu.solvers`).
+NNLS and l1 on the host (n <= ACTIVE_SET_MAX_N) take a shorter road,
+:func:`run_active_set`: no sweeps, an active set per column from x0 (:mod:`msm_gpu.solvers`).
 """
 
 from __future__ import annotations
@@ -50,6 +50,82 @@ def check_finish(finish):
 FINISH_SKIPPED = "A was not shown positive semidefinite (check_convergence=False): plain MSM"
 
 
+class _MsmRuns:
+    """Plain MSM runs on (a, r) with one splitting: the sweeps before a finish and those the
+    finish asks for on the columns it cannot settle alone."""
+
+    def __init__(self, backend, a, r, penalty, splitting, panel, threads, settings):
+        self.backend, self.a, self.r, self.penalty = backend, a, r, penalty
+        self.splitting, self.panel, self.threads = splitting, panel, threads
+        self.settings = settings
+
+    def run(self, x_start, rr, settings, x0_owned=False, phase_done=None):
+        from ..solvers.loop import run_iterations
+        from ..solvers.msm import MsmMethod
+
+        method = MsmMethod(
+            self.backend,
+            self.a,
+            rr,
+            x_start,
+            self.penalty,
+            self.splitting,
+            self.panel,
+            threads=self.threads,
+            x0_owned=x0_owned,
+        )
+        return run_iterations(method, n_cols=rr.shape[1], settings=settings, phase_done=phase_done)
+
+    def settle(self, x_cols, cols):
+        """x after plain MSM to its own stopping rule on the columns ``cols``."""
+        return self.run(x_cols, self.r[:, cols], self.settings.quiet()).x
+
+    def sweep(self, x_cols, cols, k):
+        """x after exactly k MSM sweeps on the columns ``cols``."""
+        return self.run(x_cols, self.r[:, cols], self.settings.quiet(tol=0.0, max_iter=k)).x
+
+
+def starts_at_active_set(finish, n, on_host, penalty, settings) -> bool:
+    """Whether the exact finish starts from x0 with no MSM sweep: the host's active set
+    where x = 0 is a vertex of h (NNLS, l1), unless sweeps are asked for (a callback or a
+    progress bar watches them, or tol = 0: exactly max_iter of them, then the finish)."""
+    sweeps_wanted = settings.callback is not None or settings.verbose or settings.tol == 0
+    return (
+        face_method(finish, n, on_host, penalty) == "active_set"
+        and not sweeps_wanted
+        and not zero_inside_a_box(penalty)
+    )
+
+
+def run_active_set(
+    backend,
+    a,
+    r,
+    x0,
+    penalty,
+    splitting,
+    *,
+    finish,
+    panel,
+    psd_known=True,
+    threads=None,
+    fine=None,
+    design=None,
+    settings,
+):
+    """The host's active set per column from x0, no MSM sweep before it (NNLS, l1).
+
+    The sweeps would find faces the active set then has to undo (benchmarks/bench_nnls.py);
+    see :func:`starts_at_active_set` for when this road is taken.  Arguments and the
+    returned :class:`~msm_gpu.solvers.loop.LoopOutcome` as :func:`run_msm_finished`'s
+    (``n_iter`` 0; the splitting's parameters in ``info``, for the columns the finish
+    hands to MSM).  ``psd_known`` must be True: the face solves need A PSD."""
+    if not psd_known:
+        raise ValueError("the active set needs A shown positive semidefinite")
+    runs = _MsmRuns(backend, a, r, penalty, splitting, panel, threads, settings)
+    return _finish(runs, x0, None, method="active_set", finish=finish, fine=fine, design=design)
+
+
 def run_msm_finished(
     backend,
     a,
@@ -64,7 +140,7 @@ def run_msm_finished(
     threads=None,
     fine=None,
     design=None,
-    **loop,
+    settings,
 ):
     """MSM sweeps through :func:`msm_gpu.solvers.loop.run_iterations`, then the exact finish.
 
@@ -84,52 +160,21 @@ def run_msm_finished(
     problem (``Problem.design``): the finish compares F from the residual, and hands it
     on in ``info["_f_design"]`` (float64 runs) for the result.  ``x0`` is handed over:
     the sweeps may overwrite it.
-    ``loop`` holds the keywords of ``run_iterations`` (tol, max_iter, time_limit,
-    record_objective, callback, to_user, start_time, ...).  Returns its
+    ``settings``: the :class:`~msm_gpu.solvers.loop.LoopSettings` of the sweeps.  Returns their
     :class:`~msm_gpu.solvers.loop.LoopOutcome`, with ``info`` extended by the finish details
     (``kkt_residual`` per column, ``finish``, ``finish_method``) and ``timings["finish"]``.
     """
-    from ..solvers.loop import run_iterations
-    from ..solvers.msm import MsmMethod
-
     xp = backend.xp
-    n, c = r.shape
-    tol, max_iter = loop["tol"], loop["max_iter"]
-    record_objective = loop["record_objective"]
-
-    def msm_run(x_start, rr, x0_owned=False, **overrides):
-        options = {**loop, **overrides}
-        method = MsmMethod(
-            backend, a, rr, x_start, penalty, splitting, panel, threads=threads, x0_owned=x0_owned
-        )
-        return run_iterations(method, n_cols=rr.shape[1], **options)
-
-    def settle(x_cols, cols):
-        quiet = {"time_limit": None, "record_objective": False, "callback": None}
-        quiet.update({"verbose": False, "to_user": lambda v: v, "x_floor": None})
-        return msm_run(x_cols, r[:, cols], start_time=time.perf_counter(), **quiet).x
-
-    def sweep(x_cols, cols, k):
-        quiet = {"tol": 0.0, "max_iter": k, "time_limit": None, "record_objective": False}
-        quiet.update({"callback": None, "verbose": False, "to_user": lambda v: v})
-        quiet["x_floor"] = None
-        return msm_run(x_cols, r[:, cols], start_time=time.perf_counter(), **quiet).x
-
+    n = r.shape[0]
+    runs = _MsmRuns(backend, a, r, penalty, splitting, panel, threads, settings)
     if penalty.is_convex and not psd_known:
         # the face solves need A PSD and nothing showed it: the plain MSM run, as is
-        out = msm_run(x0, r)
+        out = runs.run(x0, r, settings)
         info = dict(out.info)
         info.update({"finish": None, "finish_skipped": FINISH_SKIPPED})
         return replace(out, info=info)
     method = face_method(finish, n, backend.on_host, penalty)
-    # sweeps asked for: a callback or progress bar watches them, or tol = 0 (exactly
-    # max_iter iterations, then the finish)
-    sweeps_wanted = loop["callback"] is not None or loop.get("verbose") or tol == 0
-    if method == "active_set" and not sweeps_wanted and not zero_inside_a_box(penalty):
-        # the host's active set from x0 needs no sweeps where x = 0 is a vertex of h
-        # (NNLS, l1): they find faces it then has to undo (benchmarks/bench_nnls.py)
-        out = _start_outcome(xp, a, r, x0, penalty, record_objective, splitting)
-    elif penalty.is_convex:
+    if penalty.is_convex:
         # warm-up: MSM until the face settles (checked every WARMUP_CHUNK sweeps)
         faces = Faces(xp, penalty, n)
         seen = {"q": faces.states(x0)}
@@ -142,18 +187,36 @@ def run_msm_finished(
             seen["q"] = q
             return moved < WARMUP_SETTLED
 
-        out = msm_run(
-            x0, r, x0_owned=True, max_iter=min(max_iter, WARMUP_MAX), phase_done=face_settled
-        )
+        warmup = replace(settings, max_iter=min(settings.max_iter, WARMUP_MAX))
+        out = runs.run(x0, r, warmup, x0_owned=True, phase_done=face_settled)
     else:
-        out = msm_run(x0, r, x0_owned=True)
-    history = list(out.objective)
-    n_iter, n_iter_cols = out.n_iter, out.n_iter_columns
-    timings = dict(out.timings)
-    x = out.x
-    stopped = out.diverged or out.message.startswith(("stopped", "reached time_limit"))
+        out = runs.run(x0, r, settings, x0_owned=True)
+    return _finish(runs, out.x, out, method=method, finish=finish, fine=fine, design=design)
+
+
+def _finish(runs, x, sweeps, *, method, finish, fine, design):
+    """The exact finish from ``x``, after the MSM run ``sweeps`` (a LoopOutcome, or None
+    where no sweep ran): F, KKT, message and timings of the whole run."""
+    backend, a, r, penalty = runs.backend, runs.a, runs.r, runs.penalty
+    settings, tol = runs.settings, runs.settings.tol
+    xp = backend.xp
+    n, c = r.shape
+    if sweeps is None:
+        history = []
+        if settings.record_objective:
+            history.append(float(xp.sum(column_objective(xp, a, r, x, penalty)[0])))
+        n_iter, n_iter_cols = 0, np.zeros(c, dtype=np.int64)
+        timings = {"setup": 0.0, "iterations": 0.0}
+        split = runs.splitting
+        info = {"omega": split.omega, "theta": split.theta, "delta": split.delta}
+        stopped = diverged = False
+    else:
+        history = list(sweeps.objective)
+        n_iter, n_iter_cols = sweeps.n_iter, sweeps.n_iter_columns
+        timings, info = dict(sweeps.timings), dict(sweeps.info)
+        diverged = sweeps.diverged
+        stopped = diverged or sweeps.message.startswith(("stopped", "reached time_limit"))
     started = time.perf_counter()
-    info = dict(out.info)
     info.update({"finish": finish, "finish_method": method})
     known = (None, None)  # F and KKT per column of x, when the finish has them
     if not stopped:
@@ -165,9 +228,9 @@ def run_msm_finished(
                 penalty,
                 method=method,
                 tol=tol,
-                sweep=sweep,
-                settle=settle,
-                threads=threads,
+                sweep=runs.sweep,
+                settle=runs.settle,
+                threads=runs.threads,
                 fine=fine,
                 design=design,
             )
@@ -195,12 +258,12 @@ def run_msm_finished(
 
         f_cols = column_objectives(xp, a, r, x, penalty)[0]
     fun = math.nan if f_cols is None else float(xp.sum(f_cols))
-    if record_objective:
+    if settings.record_objective:
         history.append(fun)
     if penalty.is_convex:
         converged = to_host(kkt <= tol)
         if stopped:
-            message = out.message
+            message = sweeps.message
         elif converged.all():
             message = f"converged: KKT residual <= tol = {tol:g} in every column (finish)"
         else:
@@ -209,8 +272,8 @@ def run_msm_finished(
                 f"residual above tol = {tol:g}"
             )
     else:
-        converged = out.converged_columns
-        message = out.message + " (then the support polish)"
+        converged = sweeps.converged_columns
+        message = sweeps.message + " (then the support polish)"
     timings["finish"] = time.perf_counter() - started
     return LoopOutcome(
         x=x,
@@ -223,29 +286,7 @@ def run_msm_finished(
         objective=np.asarray(history, dtype=np.float64),
         timings=timings,
         info=info,
-        diverged=out.diverged,
-    )
-
-
-def _start_outcome(xp, a, r, x0, penalty, record_objective, splitting):
-    """The outcome of zero MSM iterations from x0 (what the finish starts from); its info
-    holds the splitting's parameters, as a run's does."""
-    c = r.shape[1]
-    history = []
-    if record_objective:
-        history.append(float(xp.sum(column_objective(xp, a, r, x0, penalty)[0])))
-    return LoopOutcome(
-        x=x0,
-        fun_columns=None,
-        fun=math.nan,
-        n_iter=0,
-        converged_columns=np.zeros(c, dtype=bool),
-        n_iter_columns=np.zeros(c, dtype=np.int64),
-        message="no MSM iterations (active set from x0)",
-        objective=np.asarray(history, dtype=np.float64),
-        timings={"setup": 0.0, "iterations": 0.0},
-        info={"omega": splitting.omega, "theta": splitting.theta, "delta": splitting.delta},
-        diverged=False,
+        diverged=diverged,
     )
 
 

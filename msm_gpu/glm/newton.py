@@ -69,7 +69,7 @@ from ..penalties import Zero
 from ..penalties.rows import RowPenalty
 from ..result import SolveResult
 from ..run import solve
-from ..solvers.loop import IterativeMethod, StepReport, run_iterations
+from ..solvers.loop import IterativeMethod, LoopSettings, StepReport, run_iterations
 from .losses import GLMLoss, Quadratic
 from .newton_host import HostNewtonMethod, forcing_tolerance
 
@@ -275,18 +275,17 @@ def minimize(
                 rounding=rounding,
                 tol=tol,
             )
-        out = run_iterations(
-            method,
-            n_cols=r,
+        settings = LoopSettings(
             tol=tol,
             max_iter=max_iter,
             time_limit=time_limit,
             record_objective=True,
+            start_time=started,
             callback=callback,
             to_user=to_user,
-            start_time=started,
             verbose=verbose,
         )
+        out = run_iterations(method, n_cols=r, settings=settings)
     info = dict(out.info)
     info["fun_columns"] = to_host(out.fun_columns).astype(np.float64)
     return SolveResult(

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -156,6 +157,57 @@ class IterativeMethod(ABC):
         """Release what the method holds (thread settings, device buffers)."""
 
 
+def _unchanged(x):
+    return x
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """What :func:`run_iterations` is told: the stopping rule and what to report.
+
+    Attributes
+    ----------
+    tol : float
+        Relative step tolerance of the stopping rule (0: exactly ``max_iter`` iterations).
+    max_iter : int
+    time_limit : float or None
+        Seconds since ``start_time`` after which the loop stops.
+    record_objective : bool
+        Keep F after every iteration in the outcome's ``objective``.
+    start_time : float
+        ``time.perf_counter()`` when the solve began (the time limit counts from it).
+    callback : callable, optional
+        ``callback(IterationInfo)`` after every iteration; True or StopIteration stops.
+    to_user : callable
+        Maps the method's iterate to the user's x (for the callback).
+    x_floor : (n_cols,) host array, optional
+        Floor of the stopping rule's scale per column (default 1).
+    verbose : bool
+        A tqdm progress bar.
+    objective_to_user : callable, optional
+        Maps the method's objective to the one the callback and the progress bar show.
+    """
+
+    tol: float
+    max_iter: int
+    time_limit: float | None
+    record_objective: bool
+    start_time: float
+    callback: Callable | None = None
+    to_user: Callable = _unchanged
+    x_floor: np.ndarray | None = None
+    verbose: bool = False
+    objective_to_user: Callable | None = None
+
+    def quiet(self, **changes) -> LoopSettings:
+        """These settings for an inner run nobody watches: no callback, progress bar,
+        time limit, history or scale floor, its clock started now; ``changes`` on top."""
+        inner = {"time_limit": None, "record_objective": False, "callback": None}
+        inner.update(verbose=False, to_user=_unchanged, x_floor=None)
+        inner["start_time"] = time.perf_counter()
+        return replace(self, **{**inner, **changes})
+
+
 #: The message of a run a callback stopped (a finish may append to it).
 STOPPED_BY_CALLBACK = "stopped by callback"
 
@@ -164,30 +216,26 @@ def run_iterations(
     method: IterativeMethod,
     *,
     n_cols,
-    tol,
-    max_iter,
-    time_limit,
-    record_objective,
-    callback,
-    to_user,
-    start_time,
-    x_floor=None,
-    verbose=False,
-    objective_to_user=None,
+    settings: LoopSettings,
     phase_done=None,
 ) -> LoopOutcome:
-    """Iterate ``method`` until every column met ``tol``, ``max_iter``, the time limit or
-    the callback stops it, or a step is not finite.  Closes the method in every case.
+    """Iterate ``method`` until every column met ``settings.tol``, ``max_iter``, the time
+    limit or the callback stops it, or a step is not finite.  Closes the method in every
+    case.
 
-    ``x_floor`` (host (n_cols,) array): floor of the stopping rule's scale per column
-    (default 1).  ``objective_to_user`` maps the method's objective to the one the
-    callback and the progress bar show (default: unchanged).  ``phase_done(method,
-    n_iter)``, if given, is asked after every iteration whether a phase of a two-phase
-    method is over (e.g. MSM has found the face; ``finish/run.py``): True ends the loop with
-    the message "phase done".
+    ``phase_done(method, n_iter)``, if given, is asked after every iteration whether a
+    phase of a two-phase method is over (e.g. MSM has found the face; ``finish/run.py``):
+    True ends the loop with the message "phase done".
     """
+    tol, max_iter, time_limit = settings.tol, settings.max_iter, settings.time_limit
+    record_objective, callback, start_time = (
+        settings.record_objective,
+        settings.callback,
+        settings.start_time,
+    )
+    x_floor, verbose, to_user = settings.x_floor, settings.verbose, settings.to_user
     floor = np.ones(n_cols) if x_floor is None else np.asarray(x_floor, dtype=np.float64)
-    user_fun = objective_to_user if objective_to_user is not None else float
+    user_fun = settings.objective_to_user or float
     bar = _progress_bar(max_iter) if verbose else None
     try:
         converged = np.zeros(n_cols, dtype=bool)

@@ -229,15 +229,14 @@ class ProxGradMethod(IterativeMethod):
         return info
 
 
-def run_baseline(method, backend, a, r, x0, penalty, *, trace=None, **loop_options):
+def run_baseline(method, backend, a, r, x0, penalty, settings, *, trace=None):
     """Run a proximal-gradient baseline through :func:`msm_gpu.solvers.loop.run_iterations`.
 
-    ``loop_options`` are those of ``run_iterations`` (tol, max_iter, time_limit,
-    record_objective, callback, to_user, start_time).  Returns its
+    ``settings``: its :class:`~msm_gpu.solvers.loop.LoopSettings`.  Returns its
     :class:`~msm_gpu.solvers.loop.LoopOutcome`, whose ``info`` is :meth:`ProxGradMethod.info`.
     """
     stepper = ProxGradMethod(method, backend, a, r, x0, penalty, trace=trace)
-    return run_iterations(stepper, n_cols=r.shape[1], **loop_options)
+    return run_iterations(stepper, n_cols=r.shape[1], settings=settings)
 
 
 def _column_objectives(xp, x, ax, r, penalty):
