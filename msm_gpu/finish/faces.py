@@ -42,11 +42,12 @@ class Faces:
             raise ValueError(f"Faces needs a convex piecewise-linear penalty, got {penalty!r}")
         penalty.table(n)  # checks per-row bounds against n (a ValueError naming n)
         inf = math.inf
-        lb = np.broadcast_to(np.asarray(penalty.lb, dtype=np.float64), (n,))
-        ub = np.broadcast_to(np.asarray(penalty.ub, dtype=np.float64), (n,))
-        lam = np.broadcast_to(  # a scalar or one per row (e.g. an unpenalised intercept)
-            np.asarray(penalty.lam if penalty.code == CODE_L1 else 0.0, dtype=np.float64), (n,)
-        )
+        lb, ub = (np.asarray(v, dtype=np.float64) for v in (penalty.lb, penalty.ub))
+        # lam: a scalar or one per row (e.g. an unpenalised intercept)
+        lam = np.asarray(penalty.lam if penalty.code == CODE_L1 else 0.0, dtype=np.float64)
+        # scalar bounds and weight: every row alike, the tables of one row (not n of them)
+        n = 1 if lb.ndim == ub.ndim == lam.ndim == 0 else n
+        lb, ub, lam = (np.broadcast_to(v, (n,)) for v in (lb, ub, lam))
         split = (lam > 0) & (lb < 0) & (ub > 0)
         pts = np.full((n, 4), inf)  # points 0..2, padded with +inf
         pts[:, 0] = lb

@@ -22,12 +22,13 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numba.extending import overload
 
 from ..backends.cpu.jit import njit
 from ..backends.cpu.kernels import h_scalar, prox_scalar
 from ..backends.cpu.threads import run_ranges, sweep_threads, thread_cap
 from .nnls_columns import FAST
-from .pwl_active_set import _gradient, _move
+from .pwl_active_set import _move, form_helpers
 
 #: Sweeps every column gets before the choice between the active set and more sweeps.
 WARM_SWEEPS = 10
@@ -52,52 +53,72 @@ WS_SWEEPS = 20
 WS_BINS = 257
 
 
-@njit(nogil=True, fastmath=FAST)
 def _sweep(src, res, x, diag, b_diag, code, params, zero_r, rows, n_rows):
     """One MSM sweep (eq. (9)) on one column over rows[:n_rows] in order; returns
     (||step||^2, ||x||^2, the change of F).  Row j's step d changes F by
     d (g_j + A_jj d / 2) + h(z) - h(x_j), g = A x + r before the step: the objective
     history costs nothing extra."""
-    step2 = 0.0
-    size2 = 0.0
-    df = 0.0
-    for a in range(n_rows):
-        j = rows[a]
-        b = b_diag[j]
-        if not b > 0.0:  # no curvature (a zero column of C, theta = 0): x_j stays
-            continue
-        xj = x[j]
-        g = _gradient(src, x, res, zero_r, j)
-        lam, lb, ub, p = params[j, 0], params[j, 1], params[j, 2], params[j, 3]
-        z, hz = prox_scalar(code, g - b * xj, b, lam, lb, ub, p)
-        delta = z - xj
-        if delta != 0.0:
-            _move(src, res, j, delta)
-            x[j] = z
-            df += delta * (g + 0.5 * diag[j] * delta) + hz - h_scalar(code, xj, lam, lb, ub, p)
-        step2 += delta * delta
-        size2 += z * z
-    return step2, size2, df
 
 
-@njit(nogil=True, fastmath=FAST)
 def _violations(src, res, x, b_diag, code, params, zero_r, scores):
     """scores[j] = sqrt(B_jj) |prox step of row j|: how far row j is from its 1-D optimum
     (zero exactly where the KKT conditions hold for it).  One pass over C; returns the
     largest."""
-    top = 0.0
-    for j in range(x.shape[0]):
-        b = b_diag[j]
-        scores[j] = 0.0
-        if not b > 0.0:
-            continue
-        g = _gradient(src, x, res, zero_r, j)
-        z, _ = prox_scalar(
-            code, g - b * x[j], b, params[j, 0], params[j, 1], params[j, 2], params[j, 3]
-        )
-        scores[j] = abs(z - x[j]) * math.sqrt(b)
-        top = max(top, scores[j])
-    return top
+
+
+# Overloads on the form of ``src``: the row's gradient and residual update are inlined
+# (pwl_active_set.form_helpers), not called once per row.
+
+
+@overload(_sweep, jit_options={"fastmath": FAST})
+def _ol_sweep(src, res, x, diag, b_diag, code, params, zero_r, rows, n_rows):
+    gradient, move, _ = form_helpers(src)
+
+    def sweep(src, res, x, diag, b_diag, code, params, zero_r, rows, n_rows):
+        step2 = 0.0
+        size2 = 0.0
+        df = 0.0
+        for a in range(n_rows):
+            j = rows[a]
+            b = b_diag[j]
+            if not b > 0.0:  # no curvature (a zero column of C, theta = 0): x_j stays
+                continue
+            xj = x[j]
+            g = gradient(src, x, res, zero_r, j)
+            lam, lb, ub, p = params[j, 0], params[j, 1], params[j, 2], params[j, 3]
+            z, hz = prox_scalar(code, g - b * xj, b, lam, lb, ub, p)
+            delta = z - xj
+            if delta != 0.0:
+                move(src, res, j, delta)
+                x[j] = z
+                df += delta * (g + 0.5 * diag[j] * delta) + hz - h_scalar(code, xj, lam, lb, ub, p)
+            step2 += delta * delta
+            size2 += z * z
+        return step2, size2, df
+
+    return sweep
+
+
+@overload(_violations, jit_options={"fastmath": FAST})
+def _ol_violations(src, res, x, b_diag, code, params, zero_r, scores):
+    gradient = form_helpers(src)[0]
+
+    def violations(src, res, x, b_diag, code, params, zero_r, scores):
+        top = 0.0
+        for j in range(x.shape[0]):
+            b = b_diag[j]
+            scores[j] = 0.0
+            if not b > 0.0:
+                continue
+            g = gradient(src, x, res, zero_r, j)
+            z, _ = prox_scalar(
+                code, g - b * x[j], b, params[j, 0], params[j, 1], params[j, 2], params[j, 3]
+            )
+            scores[j] = abs(z - x[j]) * math.sqrt(b)
+            top = max(top, scores[j])
+        return top
+
+    return violations
 
 
 @njit(nogil=True)

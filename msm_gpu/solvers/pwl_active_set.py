@@ -73,10 +73,105 @@ TABLES = ("lo", "hi", "value", "sigma", "left", "right")
 # Gram form: src = (A,)                          A (n, n)
 # dense design form: src = (Ct, s)               Ct (n, m) = (C S)' rows, s (n) unused here
 # sparse design form: src = (indptr, indices, data)   C S in CSC, entries scaled
+#
+# The loops over every variable (the scans of the active set, the MSM sweeps of
+# design_msm) are overloads whose implementation closes over the form's helpers below,
+# inlined at the IR level (``njit(inline="always")``): a call per variable costs more than
+# a sparse column's dot product.  (An overload with ``inline="always"`` would do the same
+# but trips Numba's SSA check on the helpers' loop-carried sums.)
+
+
+@njit(inline="always", fastmath=FAST)
+def _gradient_gram(src, x, res, r, i):
+    a = src[0]
+    acc = r[i]
+    for k in range(x.shape[0]):
+        if x[k] != 0.0:
+            acc += a[i, k] * x[k]
+    return acc
+
+
+@njit(inline="always", fastmath=FAST)
+def _gradient_dense(src, x, res, r, i):
+    row = src[0][i]
+    acc = 0.0
+    for t in range(res.shape[0]):
+        acc += row[t] * res[t]
+    return acc + r[i]
+
+
+@njit(inline="always", fastmath=FAST)
+def _gradient_sparse(src, x, res, r, i):
+    indptr, indices, data = src
+    acc = 0.0
+    for p in range(indptr[i], indptr[i + 1]):
+        acc += data[p] * res[indices[p]]
+    return acc + r[i]
+
+
+@njit(inline="always")
+def _move_gram(src, res, i, delta):
+    pass
+
+
+@njit(inline="always", fastmath=FAST)
+def _move_dense(src, res, i, delta):
+    row = src[0][i]
+    for t in range(res.shape[0]):
+        res[t] += delta * row[t]
+
+
+@njit(inline="always", fastmath=FAST)
+def _move_sparse(src, res, i, delta):
+    indptr, indices, data = src
+    for p in range(indptr[i], indptr[i + 1]):
+        res[indices[p]] += delta * data[p]
+
+
+@njit(inline="always")
+def _diagonal_gram(src, i):
+    return src[0][i, i]
+
+
+@njit(inline="always", fastmath=FAST)
+def _diagonal_dense(src, i):
+    row = src[0][i]
+    acc = 0.0
+    for t in range(row.shape[0]):
+        acc += row[t] * row[t]
+    return acc
+
+
+@njit(inline="always", fastmath=FAST)
+def _diagonal_sparse(src, i):
+    indptr, data = src[0], src[2]
+    acc = 0.0
+    for p in range(indptr[i], indptr[i + 1]):
+        acc += data[p] * data[p]
+    return acc
+
+
+def form_helpers(src):
+    """(gradient, move, diagonal) of the form of ``src`` (a Numba type), for overloads:
+    g_i = (A x)_i + r_i, res += delta c_i, A_ii."""
+    form = _form(src)
+    if form == 0:
+        return _gradient_gram, _move_gram, _diagonal_gram
+    if form == 1:
+        return _gradient_dense, _move_dense, _diagonal_dense
+    return _gradient_sparse, _move_sparse, _diagonal_sparse
 
 
 def _gradient(src, x, res, r, i):
     """g_i = (A x)_i + r_i (Gram form), c_i'res + r_i (design forms)."""
+
+
+def _gradients(src, x, res, r, out, skip):
+    """out[i] = g_i for every variable but those where ``skip`` (one pass over A or C)."""
+
+
+def _diagonal_max(src, n):
+    """max_i A_ii."""
 
 
 def _products(src, order, f, j, out, work):
@@ -96,37 +191,41 @@ def _form(src):
 
 @overload(_gradient, jit_options={"fastmath": FAST})
 def _ol_gradient(src, x, res, r, i):
-    form = _form(src)
-    if form == 0:
+    gradient = form_helpers(src)[0]
+    return lambda src, x, res, r, i: gradient(src, x, res, r, i)
 
-        def gram(src, x, res, r, i):
-            a = src[0]
-            acc = r[i]
-            for k in range(x.shape[0]):
-                if x[k] != 0.0:
-                    acc += a[i, k] * x[k]
-            return acc
 
-        return gram
-    if form == 1:
+@overload(_gradients, jit_options={"fastmath": FAST})
+def _ol_gradients(src, x, res, r, out, skip):
+    # the Gram form's gradient (a row of A against x's nonzeros) is measured faster as a
+    # call of its own than inlined in the scan
+    gradient = _gradient if _form(src) == 0 else form_helpers(src)[0]
 
-        def dense(src, x, res, r, i):
-            row = src[0][i]
-            acc = 0.0
-            for t in range(res.shape[0]):
-                acc += row[t] * res[t]
-            return acc + r[i]
+    def scan(src, x, res, r, out, skip):
+        for i in range(out.shape[0]):
+            if not skip[i]:
+                out[i] = gradient(src, x, res, r, i)
 
-        return dense
+    return scan
 
-    def sparse(src, x, res, r, i):
-        indptr, indices, data = src
-        acc = 0.0
-        for p in range(indptr[i], indptr[i + 1]):
-            acc += data[p] * res[indices[p]]
-        return acc + r[i]
 
-    return sparse
+@overload(_diagonal_max, jit_options={"fastmath": FAST})
+def _ol_diagonal_max(src, n):
+    diagonal = form_helpers(src)[2]
+
+    def scan(src, n):
+        top = 0.0
+        for i in range(n):
+            top = max(top, diagonal(src, i))
+        return top
+
+    return scan
+
+
+@overload(_move, jit_options={"fastmath": FAST})
+def _ol_move(src, res, i, delta):
+    move = form_helpers(src)[1]
+    return lambda src, res, i, delta: move(src, res, i, delta)
 
 
 @overload(_products, jit_options={"fastmath": FAST})
@@ -174,28 +273,6 @@ def _ol_products(src, order, f, j, out, work):
         for p in range(indptr[j], indptr[j + 1]):
             work[indices[p]] = 0.0
         return jj
-
-    return sparse
-
-
-@overload(_move, jit_options={"fastmath": FAST})
-def _ol_move(src, res, i, delta):
-    form = _form(src)
-    if form == 0:
-        return lambda src, res, i, delta: None
-    if form == 1:
-
-        def dense(src, res, i, delta):
-            row = src[0][i]
-            for t in range(res.shape[0]):
-                res[t] += delta * row[t]
-
-        return dense
-
-    def sparse(src, res, i, delta):
-        indptr, indices, data = src
-        for p in range(indptr[i], indptr[i + 1]):
-            res[indices[p]] += delta * data[p]
 
     return sparse
 
@@ -274,8 +351,9 @@ def _join_state(q, direction):
 @njit(nogil=True, fastmath=FAST)
 def _set(src, x, res, i, value):
     """x_i = value, the residual kept equal to C x - d."""
-    _move(src, res, i, value - x[i])
-    x[i] = value
+    if value != x[i]:
+        _move(src, res, i, value - x[i])
+        x[i] = value
 
 
 @njit(nogil=True, fastmath=FAST)
@@ -288,14 +366,12 @@ def _column(src, r, res, T, x, q, tol, floor, max_iter, ws):
     hold, 0 not finished in ``max_iter``, -1 F unbounded below along a direction of zero
     curvature.
     """
-    L, order, infac, z, b, w, v, gone, cand, viols, dirs, work = ws
+    L, order, infac, z, b, w, v, gone, cand, viols, dirs, work, grad = ws
     n = x.shape[0]
     k_max = L.shape[0]
     lo, hi, sigma, left, right = T[0], T[1], T[3], T[4], T[5]
     nr = lo.shape[0]
-    scale = 0.0
-    for i in range(n):
-        scale = max(scale, _products(src, order, _int(0), i, b, work))
+    scale = _diagonal_max(src, n)
     # the start's free variables, factorised in turn; those that do not fit are held
     f = _int(0)
     for i in range(n):
@@ -341,12 +417,13 @@ def _column(src, r, res, T, x, q, tol, floor, max_iter, ws):
             x_max = max(x_max, abs(x[i]))
         eps = tol * (scale * x_max + floor)
         # 3. one-sided derivatives of the variables outside F
+        _gradients(src, x, res, r, grad, infac)
         n_viol = 0
         for i in range(n):
             if infac[i]:
                 continue
             ri = _row(nr, i)
-            gi = _gradient(src, x, res, r, i)
+            gi = grad[i]
             qi = q[i]
             if qi % 2 == 1:  # held inside a piece: one slope both ways
                 up = gi + sigma[ri, qi]
@@ -542,6 +619,7 @@ def _workspace(n, k_max, m):
         np.empty(n),  # viols
         np.empty(n, dtype=np.int64),  # dirs
         np.zeros(m),  # work
+        np.empty(n),  # grad
     )
 
 
@@ -595,12 +673,15 @@ def _design_range(src, D, T, X, Q, tol, max_iter, k_max, c0, c1, status, iters):
     x = np.empty(n)
     q = np.empty(n, dtype=np.int64)
     r = np.zeros(n)
+    infac, grad = ws[2], ws[12]
     for col in range(c0, c1):
         for t in range(m):
             res[t] = -D[t, col]
+        infac[:] = False
+        _gradients(src, x, res, r, grad, infac)  # -C'd
         r_max = 0.0  # max |C'd|: the scale of the gradient
         for i in range(n):
-            r_max = max(r_max, abs(_gradient(src, x, res, r, i)))
+            r_max = max(r_max, abs(grad[i]))
         for i in range(n):
             x[i] = 0.0
             q[i] = Q[i, col]
