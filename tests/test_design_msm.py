@@ -230,12 +230,43 @@ def test_the_face_tables_reach_the_active_set_in_its_order():
     assert TABLE_NAMES == TABLES
     from msm_gpu._input.scaling import row_scaled_penalty
 
-    # per-row tables (the row scaling makes lam differ by row)
-    faces = Faces(np, row_scaled_penalty(mg.L1(1.0), 2.0 ** np.arange(-3, 4)), 7)
-    assert not faces.uniform
-    stacked = _tables(faces)
-    for k, name in enumerate(TABLES):
-        np.testing.assert_array_equal(stacked[k], faces.tables[name])
+    # per-row tables (the row scaling makes lam differ by row), and the same faces from
+    # the tables of h and a row scale
+    s = 2.0 ** np.arange(-3, 4)
+    for faces in (Faces(np, row_scaled_penalty(mg.L1(1.0), s), 7), Faces(np, mg.L1(1.0), 7, s)):
+        assert not faces.uniform
+        T, S = _tables(faces)
+        for k, name in enumerate(TABLES):
+            factor = S[0] if k < 3 else S[1]
+            np.testing.assert_array_equal(T[k] * factor[:, None], faces.tables[name])
+
+
+@pytest.mark.parametrize(
+    "penalty",
+    [mg.NonNeg(), mg.L1(0.7), mg.NonNegL1(0.3), mg.Box(-1.0, 2.0), mg.Box(0.5, np.inf)],
+)
+def test_a_row_scale_gives_the_faces_of_the_row_scaled_penalty(penalty):
+    from msm_gpu._input.scaling import row_scaled_penalty
+    from msm_gpu.finish.faces import Faces
+
+    rng = np.random.default_rng(5)
+    n = 9
+    s = 2.0 ** rng.integers(-6, 7, n)
+    scaled, direct = (
+        Faces(np, penalty, n, row_scale=s),
+        Faces(np, row_scaled_penalty(penalty, s), n),
+    )
+    assert scaled.stacked.shape[1] == 1  # the tables of h: one row, whatever n
+    for name in ("lo", "hi", "value", "sigma", "left", "right", "free"):
+        np.testing.assert_array_equal(
+            np.broadcast_to(scaled.tables[name], (n, 5)),
+            np.broadcast_to(direct.tables[name], (n, 5)),
+        )
+    y = rng.standard_normal((n, 4)) * 3.0
+    y[::3] = 0.0
+    y = direct.project(y)
+    np.testing.assert_array_equal(scaled.project(y), y)
+    np.testing.assert_array_equal(scaled.states(y), direct.states(y))
 
 
 def test_time_limit_bounds_the_design_forms_sweeps_and_skips_the_finish():

@@ -139,8 +139,8 @@ def _solve_exact(problem, options, started, gram_fallback):
     c, d, norms = _host_design(problem)
     n = c.shape[1]
     s = equilibration(norms)
-    pen_s = row_scaled_penalty(problem.penalty, s)
-    faces = Faces(np, pen_s, n)
+    pen_s = row_scaled_penalty(problem.penalty, s)  # the sweeps' (n, 4) parameters
+    faces = Faces(np, problem.penalty, n, row_scale=s)  # y's faces: no n x 30 tables
     x0 = problem.x0_internal()
     source = DesignSource(c, s)
     set_up = time.perf_counter()

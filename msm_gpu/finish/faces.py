@@ -9,6 +9,7 @@ lb < 0 < ub) and ub_j (if finite).  A variable is either *fixed* at one of these
 from __future__ import annotations
 
 import math
+from functools import cached_property
 
 import numpy as np
 
@@ -35,13 +36,19 @@ class Faces:
         Zero, NonNeg, Box, L1 or NonNegL1 (codes CODE_BOX and CODE_L1).
     n : int
         Rows.
+    row_scale : (n,) array_like, optional
+        Positive powers of two s: the faces of y = x / s, whose penalty is h_j(s_j y_j)
+        (points divided by s_j, slopes times s_j).  The tables stay those of h
+        (:attr:`stacked`, one row for scalar bounds) and :attr:`row_scale` carries s:
+        no n x 30 table is formed for a scaled penalty that is alike in every row.
     """
 
-    def __init__(self, xp, penalty, n):
+    def __init__(self, xp, penalty, n, row_scale=None):
         if penalty.code not in (CODE_BOX, CODE_L1):
             raise ValueError(f"Faces needs a convex piecewise-linear penalty, got {penalty!r}")
         penalty.table(n)  # checks per-row bounds against n (a ValueError naming n)
         inf = math.inf
+        n_rows = n
         lb, ub = (np.asarray(v, dtype=np.float64) for v in (penalty.lb, penalty.ub))
         # lam: a scalar or one per row (e.g. an unpenalised intercept)
         lam = np.asarray(penalty.lam if penalty.code == CODE_L1 else 0.0, dtype=np.float64)
@@ -78,15 +85,41 @@ class Faces:
                 tab["right"][:, q] = np.where(has_right, slope[:, min(i, 2)], inf)
         tab["value"][~np.isfinite(tab["value"])] = 0.0
         self.xp = xp
+        if row_scale is None:
+            scale = np.ones((2, 1))
+        else:
+            s = np.asarray(row_scale, dtype=np.float64).reshape(n_rows)
+            scale = np.stack([1.0 / s, s])  # exact: powers of two
+            pts = pts[:, :3] * scale[0][:, None]
+            slope = slope * scale[1][:, None]
+            lb, ub = lb * scale[0], ub * scale[0]
         self.uniform = bool(np.all(pts == pts[:1]) and np.all(slope == slope[:1]))
         rows = slice(0, 1) if self.uniform else slice(None)
         self.pts = xp.asarray(pts[rows, :3])
         self.lb = xp.asarray(lb[rows, None])
         self.ub = xp.asarray(ub[rows, None])
-        self.tables = {k: xp.asarray(v[rows]) for k, v in tab.items()}
-        #: The tables of :data:`TABLE_NAMES` as one (6, rows, 5) NumPy array.
-        self.stacked = stacked[:, rows]
-        self.tables["free"] = xp.asarray(free[rows])
+        #: The tables of :data:`TABLE_NAMES` of h as one (6, rows, 5) NumPy array (rows 1
+        #: when every row of h is alike); with :attr:`row_scale`, those of y's penalty.
+        keep_rows = scale.shape[1] > 1 or not self.uniform
+        self.stacked = stacked if keep_rows else stacked[:, :1]
+        #: (2, 1 or n): the point (1 / s) and slope (s) factors of each row of y.
+        self.row_scale = scale
+        self._free = free if keep_rows else free[:1]
+
+    @cached_property
+    def tables(self):
+        """The tables of :data:`TABLE_NAMES` and "free", per row (one row when every row
+        is alike) as arrays of ``xp``, the row scale applied."""
+        xp, scale = self.xp, self.row_scale
+        n_rows = max(self.stacked.shape[1], scale.shape[1])
+        rows = slice(0, 1) if self.uniform else slice(None)
+        out = {}
+        for k, name in enumerate(TABLE_NAMES):
+            factor = scale[0 if k < 3 else 1][:, None]  # points, then slopes
+            table = np.broadcast_to(self.stacked[k] * factor, (n_rows, 5))
+            out[name] = xp.asarray(table[rows])
+        out["free"] = xp.asarray(np.broadcast_to(self._free, (n_rows, 5))[rows])
+        return out
 
     def project(self, x):
         """x clipped into dom h (the bounds): a feasible point to start from."""

@@ -293,6 +293,22 @@ def _row(nr, i):
     return i if nr > 1 else 0
 
 
+@njit(nogil=True, inline="always")
+def _point(tab, t, i, q):
+    """lo (t = 0), hi (1) or value (2) of variable i in state q: the table of h times the
+    row's point factor (``tab`` = (T, S), see :func:`_tables`)."""
+    T, S = tab
+    return T[t, _row(T.shape[1], i), q] * S[0, _row(S.shape[1], i)]
+
+
+@njit(nogil=True, inline="always")
+def _slope(tab, t, i, q):
+    """sigma (t = 3), left (4) or right (5) of variable i in state q, times the row's
+    slope factor."""
+    T, S = tab
+    return T[t, _row(T.shape[1], i), q] * S[1, _row(S.shape[1], i)]
+
+
 @njit(nogil=True, fastmath=FAST)
 def _factor_row(src, order, a, L, p, work):
     """Row a of the Cholesky factor L of A[order, order] (rows before a kept).  Returns
@@ -357,11 +373,11 @@ def _set(src, x, res, i, value):
 
 
 @njit(nogil=True, fastmath=FAST)
-def _column(src, r, res, T, x, q, tol, floor, max_iter, ws):
+def _column(src, r, res, tab, x, q, tol, floor, max_iter, ws):
     """One column (x, q in: a feasible start and its states; res: C x - d in the design
     forms; out: the answer).
 
-    ``T`` (6, rows, 5): the face tables of :data:`TABLES`.  A violation must exceed
+    ``tab`` = (T, S): the face tables (:func:`_tables`).  A violation must exceed
     ``tol (max A_jj max|x| + floor)``.  Returns (status, iterations): 1 the KKT conditions
     hold, 0 not finished in ``max_iter``, -1 F unbounded below along a direction of zero
     curvature.
@@ -369,8 +385,6 @@ def _column(src, r, res, T, x, q, tol, floor, max_iter, ws):
     L, order, infac, z, b, w, v, gone, cand, viols, dirs, work, grad = ws
     n = x.shape[0]
     k_max = L.shape[0]
-    lo, hi, sigma, left, right = T[0], T[1], T[3], T[4], T[5]
-    nr = lo.shape[0]
     scale = _diagonal_max(src, n)
     # the start's free variables, factorised in turn; those that do not fit are held
     f = _int(0)
@@ -391,21 +405,21 @@ def _column(src, r, res, T, x, q, tol, floor, max_iter, ws):
         # 1. the Newton step on the face: A_FF dz = -(g_F + sigma_F)
         for a in range(f):
             i = order[a]
-            b[a] = -(_gradient(src, x, res, r, i) + sigma[_row(nr, i), q[i]])
+            b[a] = -(_gradient(src, x, res, r, i) + _slope(tab, 3, i, q[i]))
         _solve_factor(L, b, f, z)
         # 2. the first piece end on the segment x -> x + dz
         alpha = 1.0
         for a in range(f):
             i = order[a]
-            ri = _row(nr, i)
             zi = x[i] + z[a]
-            if zi > hi[ri, q[i]]:
-                alpha = min(alpha, (hi[ri, q[i]] - x[i]) / z[a])
-            elif zi < lo[ri, q[i]]:
-                alpha = min(alpha, (lo[ri, q[i]] - x[i]) / z[a])
+            hi_i, lo_i = _point(tab, 1, i, q[i]), _point(tab, 0, i, q[i])
+            if zi > hi_i:
+                alpha = min(alpha, (hi_i - x[i]) / z[a])
+            elif zi < lo_i:
+                alpha = min(alpha, (lo_i - x[i]) / z[a])
         alpha = max(alpha, 0.0)
         if alpha < 1.0:
-            f = _step_to_ends(src, res, L, order, infac, z, x, q, T, f, alpha, v, gone, work)
+            f = _step_to_ends(src, res, L, order, infac, z, x, q, tab, f, alpha, v, gone, work)
             if alpha == 0.0:
                 zero_steps += 1
                 single = zero_steps > ZERO_STEPS
@@ -422,15 +436,14 @@ def _column(src, r, res, T, x, q, tol, floor, max_iter, ws):
         for i in range(n):
             if infac[i]:
                 continue
-            ri = _row(nr, i)
             gi = grad[i]
             qi = q[i]
             if qi % 2 == 1:  # held inside a piece: one slope both ways
-                up = gi + sigma[ri, qi]
+                up = gi + _slope(tab, 3, i, qi)
                 down = up
             else:
-                up = gi + right[ri, qi]
-                down = gi + left[ri, qi]
+                up = gi + _slope(tab, 5, i, qi)
+                down = gi + _slope(tab, 4, i, qi)
             if up < -eps:
                 cand[n_viol], viols[n_viol], dirs[n_viol] = i, -up, 1
                 n_viol += 1
@@ -440,7 +453,7 @@ def _column(src, r, res, T, x, q, tol, floor, max_iter, ws):
         if n_viol == 0:
             # done once the free gradients vanish too; else one more Newton step on the
             # face (iterative refinement), at most REFINEMENTS in a row
-            if refined >= REFINEMENTS or _face_is_optimal(src, r, res, T, x, q, order, f, eps):
+            if refined >= REFINEMENTS or _face_is_optimal(src, r, res, tab, x, q, order, f, eps):
                 status = 1
                 break
             refined += 1
@@ -478,7 +491,7 @@ def _column(src, r, res, T, x, q, tol, floor, max_iter, ws):
                 f += 1
                 single = False
                 continue
-        ok, f = _null_step(src, res, L, order, infac, x, q, T, f, i, best_dir, best_viol, ws)
+        ok, f = _null_step(src, res, L, order, infac, x, q, tab, f, i, best_dir, best_viol, ws)
         if not ok:
             status = -1
             break
@@ -486,38 +499,34 @@ def _column(src, r, res, T, x, q, tol, floor, max_iter, ws):
 
 
 @njit(nogil=True, fastmath=FAST)
-def _face_is_optimal(src, r, res, T, x, q, order, f, eps):
+def _face_is_optimal(src, r, res, tab, x, q, order, f, eps):
     """The free variables' gradients vanish (to ``eps``): the last Newton step landed."""
-    sigma = T[3]
-    nr = sigma.shape[0]
     for a in range(f):
         i = order[a]
-        if abs(_gradient(src, x, res, r, i) + sigma[_row(nr, i), q[i]]) > eps:
+        if abs(_gradient(src, x, res, r, i) + _slope(tab, 3, i, q[i])) > eps:
             return False
     return True
 
 
 @njit(nogil=True, fastmath=FAST)
-def _step_to_ends(src, res, L, order, infac, z, x, q, T, f, alpha, v, gone, work):
+def _step_to_ends(src, res, L, order, infac, z, x, q, tab, f, alpha, v, gone, work):
     """x_F += alpha dz; the variables that reach a piece end are fixed there and leave F.
     Returns the new |F|."""
-    lo, hi, value = T[0], T[1], T[2]
-    nr = lo.shape[0]
     first_out = f
     n_out = _int(0)
     for a in range(f):
         i = order[a]
-        ri = _row(nr, i)
         d = z[a]
         zi = x[i] + d
         end = math.inf
-        if zi > hi[ri, q[i]]:
-            end = (hi[ri, q[i]] - x[i]) / d
-        elif zi < lo[ri, q[i]]:
-            end = (lo[ri, q[i]] - x[i]) / d
+        hi_i, lo_i = _point(tab, 1, i, q[i]), _point(tab, 0, i, q[i])
+        if zi > hi_i:
+            end = (hi_i - x[i]) / d
+        elif zi < lo_i:
+            end = (lo_i - x[i]) / d
         if end <= alpha:  # fixed at the point it reached
             q[i] = q[i] + 1 if d > 0.0 else q[i] - 1
-            _set(src, x, res, i, value[ri, q[i]])
+            _set(src, x, res, i, _point(tab, 2, i, q[i]))
             gone[a] = True
             n_out += 1
             first_out = min(first_out, a)
@@ -548,14 +557,12 @@ def _drop(src, L, order, infac, f, gone, n_out, first_out, v, work):
 
 
 @njit(nogil=True, fastmath=FAST)
-def _null_step(src, res, L, order, infac, x, q, T, f, j, direction, viol, ws):
+def _null_step(src, res, L, order, infac, x, q, tab, f, j, direction, viol, ws):
     """Move j (outside F, its pivot tiny) and F along d_j = direction,
     d_F = -direction A_FF^{-1} A_Fj: an exact line search (slope -viol, curvature the
     pivot) stopped at the first piece end.  Returns (ok, new |F|); not ok: no piece end
     and no curvature (F unbounded below along d)."""
     u, w, v, gone, work = ws[3], ws[5], ws[6], ws[7], ws[11]
-    lo, hi, value = T[0], T[1], T[2]
-    nr = lo.shape[0]
     ajj = _products(src, order, f, j, u, work)
     _solve_factor(L, u, f, w)  # w = A_FF^{-1} A_Fj
     curv = ajj
@@ -563,19 +570,17 @@ def _null_step(src, res, L, order, infac, x, q, T, f, j, direction, viol, ws):
         curv -= u[a] * w[a]
     t = viol / curv if curv > 0.0 else math.inf  # the minimiser along d
     qj = _join_state(q[j], direction)
-    rj = _row(nr, j)
-    end_j = hi[rj, qj] - x[j] if direction > 0 else x[j] - lo[rj, qj]
+    end_j = _point(tab, 1, j, qj) - x[j] if direction > 0 else x[j] - _point(tab, 0, j, qj)
     own_end = end_j <= t
     t = min(t, end_j)
     hit = _int(-1)
     for a in range(f):
         i = order[a]
-        ri = _row(nr, i)
         da = -direction * w[a]
         if da > 0.0:
-            s = (hi[ri, q[i]] - x[i]) / da
+            s = (_point(tab, 1, i, q[i]) - x[i]) / da
         elif da < 0.0:
-            s = (lo[ri, q[i]] - x[i]) / da
+            s = (_point(tab, 0, i, q[i]) - x[i]) / da
         else:
             continue
         if s < t:
@@ -590,15 +595,14 @@ def _null_step(src, res, L, order, infac, x, q, T, f, j, direction, viol, ws):
     q[j] = qj
     if hit >= 0:  # a variable of F reached a piece end: fixed there, out of F
         i = order[hit]
-        ri = _row(nr, i)
         q[i] = q[i] + 1 if -direction * w[hit] > 0.0 else q[i] - 1
-        _set(src, x, res, i, value[ri, q[i]])
+        _set(src, x, res, i, _point(tab, 2, i, q[i]))
         for a in range(f):
             gone[a] = a == hit
         return True, _drop(src, L, order, infac, f, gone, _int(1), hit, v, work)
     if own_end:  # j reached its own piece end: fixed at that point
         q[j] = qj + direction
-        _set(src, x, res, j, value[rj, q[j]])
+        _set(src, x, res, j, _point(tab, 2, j, q[j]))
     return True, f
 
 
@@ -624,24 +628,27 @@ def _workspace(n, k_max, m):
 
 
 @njit(nogil=True, fastmath=FAST)
-def _slope_floor(T):
-    """The largest finite slope of the tables."""
+def _slope_floor(tab):
+    """The largest finite slope of the tables (row factors applied)."""
+    T, S = tab
     s_max = 0.0
-    for t in range(3, 6):
-        for row in range(T.shape[1]):
+    for row in range(max(T.shape[1], S.shape[1])):
+        factor = S[1, _row(S.shape[1], row)]
+        for t in range(3, 6):
             for k in range(5):
-                if math.isfinite(T[t, row, k]):
-                    s_max = max(s_max, abs(T[t, row, k]))
+                slope = T[t, _row(T.shape[1], row), k]
+                if math.isfinite(slope):
+                    s_max = max(s_max, abs(slope) * factor)
     return s_max
 
 
 @njit(nogil=True, fastmath=FAST)
-def _gram_range(A, R, T, X, Q, tol, max_iter, c0, c1, status, iters):
+def _gram_range(A, R, tab, X, Q, tol, max_iter, c0, c1, status, iters):
     """Columns c0..c1-1 of X, Gram form (in: a feasible start, Q its states)."""
     n = A.shape[0]
     src = (A,)
     ws = _workspace(n, n, 0)
-    s_max = _slope_floor(T)
+    s_max = _slope_floor(tab)
     res = np.empty(0)
     x = np.empty(n)
     q = np.empty(n, dtype=np.int64)
@@ -653,7 +660,7 @@ def _gram_range(A, R, T, X, Q, tol, max_iter, c0, c1, status, iters):
             r_max = max(r_max, abs(r[i]))
             x[i] = X[i, col]
             q[i] = Q[i, col]
-        st, it = _column(src, r, res, T, x, q, tol, r_max + s_max, max_iter, ws)
+        st, it = _column(src, r, res, tab, x, q, tol, r_max + s_max, max_iter, ws)
         for i in range(n):
             X[i, col] = x[i]
             Q[i, col] = q[i]
@@ -662,13 +669,13 @@ def _gram_range(A, R, T, X, Q, tol, max_iter, c0, c1, status, iters):
 
 
 @njit(nogil=True, fastmath=FAST)
-def _design_range(src, D, T, X, Q, tol, max_iter, k_max, c0, c1, status, iters):
+def _design_range(src, D, tab, X, Q, tol, max_iter, k_max, c0, c1, status, iters):
     """Columns c0..c1-1 of X, design form: D (m, c) the right-hand sides; a factor of at
     most k_max rows."""
     n = X.shape[0]
     m = D.shape[0]
     ws = _workspace(n, k_max, m)
-    s_max = _slope_floor(T)
+    s_max = _slope_floor(tab)
     res = np.empty(m)
     x = np.empty(n)
     q = np.empty(n, dtype=np.int64)
@@ -686,7 +693,7 @@ def _design_range(src, D, T, X, Q, tol, max_iter, k_max, c0, c1, status, iters):
             x[i] = 0.0
             q[i] = Q[i, col]
             _set(src, x, res, i, X[i, col])
-        st, it = _column(src, r, res, T, x, q, tol, r_max + s_max, max_iter, ws)
+        st, it = _column(src, r, res, tab, x, q, tol, r_max + s_max, max_iter, ws)
         for i in range(n):
             X[i, col] = x[i]
             Q[i, col] = q[i]
@@ -695,9 +702,11 @@ def _design_range(src, D, T, X, Q, tol, max_iter, k_max, c0, c1, status, iters):
 
 
 def _tables(faces):
-    # Faces.stacked holds the tables in the order of TABLES (tests/test_design_msm.py
-    # checks it): taken as it is, no copy when contiguous
-    return np.ascontiguousarray(faces.stacked, dtype=np.float64)
+    """(T, S): Faces.stacked, the tables of h in the order of TABLES (6, rows, 5; taken as
+    it is, no copy when contiguous; tests/test_design_msm.py checks the order), and
+    Faces.row_scale (2, 1 or n), each row's point and slope factors."""
+    T = np.ascontiguousarray(faces.stacked, dtype=np.float64)
+    return T, np.ascontiguousarray(faces.row_scale, dtype=np.float64)
 
 
 def _start(faces, X0, shape):
@@ -749,14 +758,14 @@ def pwl_active_set(A, R, faces, X0, *, tol=1e-12, max_iter=None, threads=None):
     R = np.ascontiguousarray(R, dtype=np.float64)
     n, c = R.shape
     X, Q = _start(faces, X0, (n, c))
-    T = _tables(faces)
+    tab = _tables(faces)
     max_iter = 3 * n + 30 if max_iter is None else int(max_iter)
     status = np.zeros(c, dtype=np.int8)
     iters = np.zeros(c, dtype=np.int64)
     if c:
 
         def kernel(c0, c1):
-            _gram_range(A, R, T, X, Q, tol, max_iter, c0, c1, status, iters)
+            _gram_range(A, R, tab, X, Q, tol, max_iter, c0, c1, status, iters)
 
         _run(kernel, 4.0 * (n**3 / 48.0 + n * n), c, threads)
     return X, status, iters
@@ -833,7 +842,7 @@ def active_set_on_source(source, D, faces, X0=None, *, tol=1e-12, max_iter=None,
     m, c = D.shape
     n = source.shape[1]
     X, Q = _start(faces, np.zeros((n, c)) if X0 is None else X0, (n, c))
-    T = _tables(faces)
+    tab = _tables(faces)
     max_iter = 3 * n + 30 if max_iter is None else int(max_iter)
     status = np.zeros(c, dtype=np.int8)
     iters = np.zeros(c, dtype=np.int64)
@@ -842,7 +851,7 @@ def active_set_on_source(source, D, faces, X0=None, *, tol=1e-12, max_iter=None,
     if c:
 
         def kernel(c0, c1):
-            _design_range(source.src, D, T, X, Q, tol, max_iter, k_max, c0, c1, status, iters)
+            _design_range(source.src, D, tab, X, Q, tol, max_iter, k_max, c0, c1, status, iters)
 
         _run(kernel, 40.0 * source.nnz, c, threads)
     return X, status, iters
