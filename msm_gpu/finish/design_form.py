@@ -27,7 +27,7 @@ from ..arrays import is_sparse, to_host
 from ..backends.cpu.threads import blas_controller
 from ..result import SolveResult
 from ..solvers.design_msm import design_sweeps
-from ..solvers.pwl_active_set import DesignSource, active_set_on_source
+from ..solvers.pwl_active_set import DesignSource, active_set_on_source, column_norms_squared
 from ..solvers.splitting import b_diagonal, relative_splitting, relative_theta
 from .columns import PWL_MAX_N
 from .faces import Faces
@@ -357,9 +357,7 @@ def _result(
 def _column_norms_squared(c):
     """||c_j||^2 per column, float64 (dense, or sparse in CSC: no squared copy of C)."""
     if is_sparse(c):
-        column = np.repeat(np.arange(c.shape[1]), np.diff(c.indptr))
-        data = np.asarray(c.data, dtype=np.float64)
-        return np.bincount(column, weights=data * data, minlength=c.shape[1])
+        return column_norms_squared(c.indptr, c.data)
     return np.einsum("ij,ij->j", c, c)
 
 

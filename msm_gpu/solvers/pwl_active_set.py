@@ -631,15 +631,26 @@ def _workspace(n, k_max, m):
 def _slope_floor(tab):
     """The largest finite slope of the tables (row factors applied)."""
     T, S = tab
+    if T.shape[1] == 1:  # h alike in every row: its largest slope times the largest factor
+        factor = 0.0
+        for row in range(S.shape[1]):
+            factor = max(factor, S[1, row])
+        return _largest_finite(T, 0) * factor
     s_max = 0.0
-    for row in range(max(T.shape[1], S.shape[1])):
-        factor = S[1, _row(S.shape[1], row)]
-        for t in range(3, 6):
-            for k in range(5):
-                slope = T[t, _row(T.shape[1], row), k]
-                if math.isfinite(slope):
-                    s_max = max(s_max, abs(slope) * factor)
+    for row in range(T.shape[1]):
+        s_max = max(s_max, _largest_finite(T, row) * S[1, _row(S.shape[1], row)])
     return s_max
+
+
+@njit(nogil=True, inline="always")
+def _largest_finite(T, row):
+    """max |slope| over the finite slopes of one row of the tables."""
+    top = 0.0
+    for t in range(3, 6):
+        for k in range(5):
+            if math.isfinite(T[t, row, k]):
+                top = max(top, abs(T[t, row, k]))
+    return top
 
 
 @njit(nogil=True, fastmath=FAST)
@@ -816,12 +827,9 @@ class DesignSource:
         if scipy.sparse.issparse(C):
             csc = scipy.sparse.csc_matrix(C, dtype=np.float64)  # a copy only if not CSC
             csc.sort_indices()
-            counts = np.diff(csc.indptr)
-            self.src = (
-                csc.indptr.astype(np.int64),
-                csc.indices.astype(np.int64),
-                np.repeat(s, counts) * csc.data,  # the columns scaled: a fresh array
-            )
+            indptr = csc.indptr.astype(np.int64)
+            # the columns scaled: a fresh array
+            self.src = (indptr, csc.indices.astype(np.int64), _scaled_columns(indptr, csc.data, s))
             self.nnz = int(csc.nnz)
         else:
             # the columns of C diag(s) as rows: one pass, C-ordered
@@ -829,6 +837,30 @@ class DesignSource:
             self.src = (ct, s)
             self.nnz = m * n
         self.shape = (m, n)
+
+
+@njit(nogil=True)
+def _scaled_columns(indptr, data, s):
+    """The entries of a CSC matrix with column j times s[j] (a new array, one pass)."""
+    out = np.empty(data.shape[0])
+    for j in range(s.shape[0]):
+        for p in range(indptr[j], indptr[j + 1]):
+            out[p] = data[p] * s[j]
+    return out
+
+
+@njit(nogil=True)
+def column_norms_squared(indptr, data):
+    """||c_j||^2 of a CSC matrix, float64 (one pass, no squared copy)."""
+    n = indptr.shape[0] - 1
+    out = np.zeros(n)
+    for j in range(n):
+        acc = 0.0
+        for p in range(indptr[j], indptr[j + 1]):
+            v = np.float64(data[p])
+            acc += v * v
+        out[j] = acc
+    return out
 
 
 def active_set_on_source(source, D, faces, X0=None, *, tol=1e-12, max_iter=None, threads=None):
