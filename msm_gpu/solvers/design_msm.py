@@ -41,7 +41,12 @@ FACTOR_IN_SWEEPS = 200
 RATE_WINDOW = 10
 
 #: Most sweeps a column gets in all (then the active set takes over from where it is).
-MAX_SWEEPS = 1000
+MAX_SWEEPS = 100_000
+
+#: The relative step at which the exact road's sweeps stop where no active set is to
+#: follow them (too many free variables to factorise): their point is then the answer,
+#: and the user's tol (a KKT residual of 1e-6) can leave objective gaps of 1e-9 to 1e-8.
+ALONE_TOL = 1e-12
 
 #: The working-set phase of the exact road (:func:`_working_set_phase`): its first size,
 #: its most rounds, and the most sweeps on one set.
@@ -159,27 +164,27 @@ def _working_set(x, scores, size, rows, counts):
 
 
 @njit(nogil=True, fastmath=FAST)
-def _working_set_phase(src, res, x, diag, b_diag, code, params, zero_r, tol, work):
+def _working_set_phase(src, res, x, diag, b_diag, code, params, zero_r, tol, work, first):
     """Sweeps on a growing working set (as celer and skglm do for the Lasso): the
     nonzeros and the rows farthest from their 1-D optimum, swept until the step meets
     ``tol``; then one pass over all rows, and the set doubles while rows outside it
-    still violate (by more than ``tol`` times the first pass's largest violation).
-    Returns (sweeps, the change of F, whether no row outside the set violates)."""
+    still violate (by more than ``tol`` times ``first``, the largest violation of the
+    first pass when ``first`` < 0).  Returns (sweeps, the change of F, whether no row
+    outside the set violates, ``first``)."""
     rows, scores, counts = work
     n = x.shape[0]
     size = WS_START
     sweeps = 0
     df = 0.0
-    first = -1.0
     for _ in range(WS_ROUNDS):
         top = _violations(src, res, x, b_diag, code, params, zero_r, scores)
         if first < 0.0:
             first = top
         if top <= tol * first or top == 0.0:
-            return sweeps, df, True
+            return sweeps, df, True, first
         k = _working_set(x, scores, size, rows, counts)
         if k >= n:  # the set is everything: the full sweeps take over
-            return sweeps, df, False
+            return sweeps, df, False, first
         for _ in range(WS_SWEEPS):
             step2, size2, d = _sweep(src, res, x, diag, b_diag, code, params, zero_r, rows, k)
             sweeps += 1
@@ -187,7 +192,7 @@ def _working_set_phase(src, res, x, diag, b_diag, code, params, zero_r, tol, wor
             if math.sqrt(step2) <= tol * math.sqrt(size2) or not math.isfinite(d):
                 break
         size = 2 * max(size, k)
-    return sweeps, df, False
+    return sweeps, df, False, first
 
 
 @njit(nogil=True)
@@ -217,9 +222,10 @@ def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, hi
     road), :func:`_working_set_phase` first, and no full sweep where it settles; then
     ``warm`` full sweeps, and more (up to ``cap`` in all) only where the free variables
     are too many to factorise, while the rate of convergence promises ``tol`` within
-    them.  A column stops when ||x_{k+1} - x_k|| <=
-    tol max(||x_{k+1}||, floor[col]).  ``fun`` holds F at the start and gets F at the end;
-    ``history[k]`` gains each column's F after min(k, its sweeps).  ``out[col]`` = (sweeps,
+    them (with the working set, :data:`ALONE_TOL`: no finish follows).  A column stops
+    when ||x_{k+1} - x_k|| <= tol max(||x_{k+1}||, floor[col]).  ``fun`` holds F at the
+    start and gets F at the end; ``history[k]`` gains each column's F after min(k, its
+    sweeps).  ``out[col]`` = (sweeps,
     met tol, hand the column to the active set: 0 or 1).
     """
     tol, nnz = settings[0], settings[1]
@@ -246,22 +252,36 @@ def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, hi
         k = 0
         done = False
         k_ws = 0
+        first = -1.0  # the working set's first largest violation (its reference)
         if use_ws:
-            k_ws, df, done = _working_set_phase(
-                src, res, x, diag, b_diag, code, params, zero_r, tol, work
+            k_ws, df, done, first = _working_set_phase(
+                src, res, x, diag, b_diag, code, params, zero_r, tol, work, -1.0
             )
             f += df
             if done:
                 budget = 0
+        col_tol = tol
+        if done and _factor_in_sweeps(x, params, m, nnz) > FACTOR_IN_SWEEPS:
+            # settled on the working set, but no active set will follow: on to rounding,
+            # on the working set again first
+            col_tol = min(tol, ALONE_TOL)
+            k_more, df, done, _ = _working_set_phase(
+                src, res, x, diag, b_diag, code, params, zero_r, col_tol, work, first
+            )
+            k_ws += k_more
+            f += df
+            if not done:
+                budget = max(warm, min(cap, int(_factor_in_sweeps(x, params, m, nnz))))
         last = math.inf  # ||step|| RATE_WINDOW sweeps ago
         while k < budget:
             step2, size2, df = _sweep(src, res, x, diag, b_diag, code, params, zero_r, every, n)
             k += 1
             f += df
-            history[k] += f
+            if k < history.shape[0]:
+                history[k] += f
             if not (math.isfinite(step2) and math.isfinite(f)):
                 break
-            step, target = math.sqrt(step2), tol * max(math.sqrt(size2), floor[col])
+            step, target = math.sqrt(step2), col_tol * max(math.sqrt(size2), floor[col])
             done = step <= target
             if done:
                 break
@@ -269,6 +289,8 @@ def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, hi
                 in_sweeps = _factor_in_sweeps(x, params, m, nnz)
                 if in_sweeps > FACTOR_IN_SWEEPS:  # the factor costs more: sweep on
                     budget = max(warm, min(cap, int(in_sweeps)))
+                    if use_ws:  # no finish follows where they end: sweep to rounding
+                        col_tol = min(tol, ALONE_TOL)
             if k > warm and (k - warm) % RATE_WINDOW == 0:
                 # linear convergence at the rate seen: hand over early when tol is
                 # further away than the sweeps left (an ill-conditioned face)
@@ -277,7 +299,7 @@ def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, hi
                     break
             if k >= warm and (k - warm) % RATE_WINDOW == 0:
                 last = step
-        for kk in range(k + 1, history.shape[0]):
+        for kk in range(min(k + 1, history.shape[0]), history.shape[0]):
             history[kk] += f
         for j in range(n):
             X[j, col] = x[j]
@@ -294,7 +316,8 @@ def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, hi
 class Sweeps:
     """What :func:`design_sweeps` did, per column: ``n_iter`` sweeps, ``met_tol`` (the
     step criterion), ``to_finish`` (the active set should take it from here), ``fun`` (F
-    at the end), and ``history`` (the summed F after each sweep, ``cap + 1`` entries)."""
+    at the end), and ``history`` (the summed F after each sweep, ``cap + 1`` entries; on
+    the working-set road only F at the start)."""
 
     n_iter: np.ndarray
     met_tol: np.ndarray
@@ -365,7 +388,9 @@ def design_sweeps(
     n_threads = sweep_threads(4.0 * source.nnz * warm * c, c, thread_cap(threads))
     chunks = 1 if n_threads == 1 or c == 0 else min(c, 8 * n_threads)
     bounds = np.linspace(0, c, chunks + 1).astype(np.int64)
-    history = np.zeros((chunks, max(warm, cap) + 1))
+    # the history is kept for the plain road (warm = cap = max_iter); the exact road
+    # reports F at its start and end only
+    history = np.zeros((chunks, 1 if working_set else max(warm, cap) + 1))
 
     def kernel(k):
         _sweep_range(
