@@ -286,3 +286,15 @@ def test_time_limit_bounds_the_design_forms_sweeps_and_skips_the_finish():
     assert res.converged == bool(np.all(res.info["kkt_residual"] <= 1e-6))
     assert np.all(res.x >= 0) and np.isfinite(res.fun)
     assert free.fun <= res.fun * (1 + 1e-12)
+
+
+def test_sparse_index_arrays_of_either_width_give_the_same_answer():
+    # the design source reads SciPy's own index arrays (int32 below 2^31 entries); int64
+    # ones (a large matrix, or built so) take the same road
+    c, d = _sparse_nnls(300, 3000, 0.02, 6)
+    wide = c.copy()
+    wide.indptr, wide.indices = wide.indptr.astype(np.int64), wide.indices.astype(np.int64)
+    assert c.indices.dtype == np.int32
+    a, b = mg.nnls(c, d), mg.nnls(wide, d)
+    assert a.info["representation"] == b.info["representation"] == "design"
+    np.testing.assert_array_equal(a.x, b.x)
