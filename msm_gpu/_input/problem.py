@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..arrays import is_cupy, is_sparse, module_of, to_host
+from ..arrays import ArrayKind, is_sparse, module_of, to_host
 from ..backends import get_backend
 from . import validation as v
 from .design import Design
@@ -261,8 +261,9 @@ def prepare_design(C, D, penalty, x0, backend) -> DesignProblem:
     by powers of two; no product of C is formed here."""
     C = v.check_array(C, "C", ndims=(2,))
     D = v.check_array(D, "D", check_finite=False)
+    c_kind, d_kind = ArrayKind.of(C), ArrayKind.of(D)  # the inputs' kinds, found once
     stats = host_float_stats(D)  # one pass over a dense D: finite, max |D|, ||D||^2
-    if np.dtype(D.dtype).kind == "f" and not is_sparse(D):  # sparse: checked above
+    if d_kind.dtype.kind == "f" and not d_kind.sparse:  # sparse: checked above
         v.check_finite_values(D, "D", finite=None if stats is None else stats[0])
     if D.shape[0] != C.shape[0]:
         raise ValueError(
@@ -275,11 +276,11 @@ def prepare_design(C, D, penalty, x0, backend) -> DesignProblem:
     e_c = exponent_of(max_abs(C))
     d_max = max_abs(D) if stats is None else stats[1]
     e_d = exponent_of(d_max) if d_max > 0 else e_c
-    c = ldexp(_on_backend(be, C, dtype), -e_c)
+    c = ldexp(_on_backend(be, C, dtype, c_kind), -e_c)
     if be.on_host and isinstance(D, np.ndarray) and D.dtype == dtype:
         d = D  # only read from here on: no copy of the largest input
     else:
-        d = _on_backend(be, D, dtype)
+        d = _on_backend(be, D, dtype, d_kind)
     if abs(e_d) <= SAFE_EXPONENT:
         # D on a moderate scale: C'D and ||D||^2 cannot overflow, so they are formed from
         # D as given and scaled afterwards (a power of two commutes with every product and
@@ -307,8 +308,8 @@ def prepare_design(C, D, penalty, x0, backend) -> DesignProblem:
         scaling=scaling,
         penalty=scaled_penalty(penalty, scaling.x_exp, scaling.f_exp),
         user_x0=x0,
-        user_like=_user_like(D),
-        one_problem=len(D.shape) == 1,
+        user_like=_user_like(D, d_kind),
+        one_problem=len(d_kind.shape) == 1,
     )
 
 
@@ -443,10 +444,12 @@ def _check_range(scaling, dtype, f_what, x_what):
         )
 
 
-def _user_like(x):
-    """An array of the user's kind for ``Backend.to_user`` (CuPy for CuPy sparse)."""
-    if is_sparse(x):
-        return module_of(x.data).empty(0) if is_cupy(x) else None
+def _user_like(x, kind=None):
+    """An array of the user's kind for ``Backend.to_user`` (CuPy for CuPy sparse);
+    ``kind``: x's :class:`~msm_gpu.arrays.ArrayKind`, when known."""
+    kind = ArrayKind.of(x) if kind is None else kind
+    if kind.sparse:
+        return kind.xp.empty(0) if kind.on_device else None
     return x
 
 
@@ -480,17 +483,19 @@ def _scaled_dense_on(be, x, dtype, name, e):
     return scaled_dense_copy(be, x, dtype, e)
 
 
-def _on_backend(be, x, dtype):
-    """A copy of ``x`` on the backend in ``dtype``; sparse stays sparse (CSR)."""
-    if not is_sparse(x):
+def _on_backend(be, x, dtype, kind=None):
+    """A copy of ``x`` on the backend in ``dtype``; sparse stays sparse (CSR).  ``kind``:
+    x's :class:`~msm_gpu.arrays.ArrayKind`, when known."""
+    kind = ArrayKind.of(x) if kind is None else kind
+    if not kind.sparse:
         return be.asarray(x, dtype)
     if be.on_host:
-        if is_cupy(x):
+        if kind.on_device:
             x = x.get()
         return x.astype(dtype)  # a new matrix
     import cupyx.scipy.sparse as cusparse
 
-    if not is_cupy(x):
+    if not kind.on_device:
         x = cusparse.csr_matrix(x)
     return x.astype(dtype)
 
