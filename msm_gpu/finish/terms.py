@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from ..backends.cpu.jit import njit
-from ..backends.cpu.kernels import all_zero, h_scalar, prox_scalar
+from ..backends.cpu.kernels import all_zero, box_prox, h_scalar, prox_scalar
 from ..penalties import CODE_BOX
 
 
@@ -95,7 +95,7 @@ def _box_terms(a, ax, r, x, code, params, f, size, kkt, with_kkt):
             f[col] += hv + (quad + lin)
             size[col] += hv + (abs(quad) + abs(lin))
             if with_kkt:
-                move = w * b * (xv - min(max(-(axv + rv - b * xv) / b, lb), ub))
+                move = w * b * (xv - box_prox(axv + rv - b * xv, b, lb, ub))
                 num[col] += move * move
                 den_ax[col] += (w * axv) * (w * axv)
                 den_r[col] += (w * rv) * (w * rv)

@@ -22,11 +22,18 @@ from .jit import njit
 
 
 @njit(inline="always")
+def box_prox(w, b, lb, ub):
+    """argmin_{lb <= t <= ub} 1/2 b t^2 + w t = clip(-w / b, lb, ub): the box's prox, the
+    one scalar definition (l0 and the KKT residual clip with it too)."""
+    return min(max(-w / b, lb), ub)
+
+
+@njit(inline="always")
 def prox_scalar(code, w, b, lam, lb, ub, p):
     """Return (t, h(t)) with t = argmin_t 1/2 b t^2 + w t + h(t)."""
     a = -w / b
     if code == CODE_BOX:
-        return min(max(a, lb), ub), 0.0
+        return box_prox(w, b, lb, ub), 0.0
     if code == CODE_L1:
         mag = abs(a) - lam / b
         t = 0.0
@@ -35,7 +42,7 @@ def prox_scalar(code, w, b, lam, lb, ub, p):
         t = min(max(t, lb), ub)
         return t, lam * abs(t)
     if code == CODE_L0:
-        c = min(max(a, lb), ub)
+        c = box_prox(w, b, lb, ub)
         if lb <= 0.0 and ub >= 0.0:
             if 0.5 * b * c * c + w * c + lam >= 0.0:  # tie -> 0
                 return 0.0, 0.0
@@ -108,7 +115,7 @@ def _solve_row_box(j, wrow, yrow, rrow, c0, nc, b_diag, afold, params, stats):
     for col in range(nc):
         w = wrow[col] + rrow[col]
         x = yrow[col]
-        z = min(max(-w / b, lb), ub)
+        z = box_prox(w, b, lb, ub)
         d = z - x
         st0[col] += half_b * (z * z - x * x) + w * d + half_c * d * d
         st2[col] += d * d
@@ -168,7 +175,7 @@ def _solve_row_l0(j, wrow, yrow, rrow, c0, nc, b_diag, afold, params, stats):
     for col in range(nc):
         w = wrow[col] + rrow[col]
         x = yrow[col]
-        c = min(max(-w / b, lb), ub)
+        c = box_prox(w, b, lb, ub)
         keep = 0.5 * b * c * c + w * c + lam < 0.0  # strict: tie -> 0
         z = c if keep else 0.0
         d = z - x
