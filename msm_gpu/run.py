@@ -24,7 +24,7 @@ from .finish.design_form import (
     solve_design,
 )
 from .finish.objective import kkt_residual_from
-from .finish.run import run_active_set, run_msm_finished, starts_at_active_set
+from .finish.run import FinishRoad, run_active_set, run_msm_finished, starts_at_active_set
 from .options import SolveOptions
 from .penalties import Zero
 from .result import SolveResult
@@ -196,26 +196,21 @@ def solve_prepared(problem, started, options):
             )
             out = run_iterations(stepper, n_cols=n_cols, settings=settings)
         else:
-            road = run_msm_finished  # sweeps find the face, an exact solve on it finishes
+            road = FinishRoad(
+                finish=opts.finish,
+                panel=opts.panel,
+                settings=settings,
+                psd_known=problem.psd_known,
+                threads=opts.threads,
+                fine=problem.fine,
+                design=problem.design,
+            )
+            run_road = run_msm_finished  # sweeps find the face, an exact solve finishes
             if problem.psd_known and starts_at_active_set(
                 opts.finish, a.shape[0], be.on_host, penalty, settings
             ):  # NNLS, l1 on the host: the active set from x_init, no sweep (finish/run.py)
-                road = run_active_set
-            out = road(
-                be,
-                a,
-                r,
-                x_init,
-                penalty,
-                splitting,
-                finish=opts.finish,
-                panel=opts.panel,
-                psd_known=problem.psd_known,
-                fine=problem.fine,
-                design=problem.design,
-                threads=opts.threads,
-                settings=settings,
-            )
+                run_road = run_active_set
+            out = run_road(be, a, r, x_init, penalty, splitting, road)
     user = user_outcome(problem, out)
     if opts.method == "msm":
         user["info"]["theta"] = opts.theta

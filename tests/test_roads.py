@@ -14,7 +14,7 @@ import msm_gpu as mg
 from msm_gpu._input.design import Design
 from msm_gpu.arrays import ArrayKind
 from msm_gpu.backends import get_backend
-from msm_gpu.finish.run import run_active_set, starts_at_active_set
+from msm_gpu.finish.run import FinishRoad, run_active_set, starts_at_active_set
 from msm_gpu.solvers.loop import LoopSettings
 from msm_gpu.solvers.splitting import relative_splitting
 
@@ -92,10 +92,8 @@ def test_run_active_set_refuses_an_a_not_shown_psd():
     a, r = np.eye(3), -np.ones((3, 1))
     split = relative_splitting(np.diag(a), 1.0, 0.0, True, check=True)
     with pytest.raises(ValueError, match="positive semidefinite"):
-        run_active_set(
-            be, a, r, np.zeros((3, 1)), mg.NonNeg(), split, finish="auto", panel=None,
-            psd_known=False, settings=settings(),
-        )  # fmt: skip
+        road = FinishRoad(finish="auto", panel=None, settings=settings(), psd_known=False)
+        run_active_set(be, a, r, np.zeros((3, 1)), mg.NonNeg(), split, road)
 
 
 def test_run_active_set_solves_from_x0_with_no_sweep():
@@ -105,10 +103,8 @@ def test_run_active_set_solves_from_x0_with_no_sweep():
     d = rng.normal(size=(30, 2))
     a, r = c.T @ c, -(c.T @ d)
     split = relative_splitting(np.diag(a), 1.0, 0.0, True, check=True)
-    out = run_active_set(
-        be, a, r, np.zeros((8, 2)), mg.NonNeg(), split, finish="auto", panel=None,
-        settings=settings(record_objective=True),
-    )  # fmt: skip
+    road = FinishRoad(finish="auto", panel=None, settings=settings(record_objective=True))
+    out = run_active_set(be, a, r, np.zeros((8, 2)), mg.NonNeg(), split, road)
     assert out.n_iter == 0 and out.info["finish_method"] == "active_set"
     assert out.info["omega"] == split.omega and out.converged_columns.all()
     assert out.objective[0] == 0.0 and out.objective[-1] < 0.0  # F(x0 = 0), then F(x)

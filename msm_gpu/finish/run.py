@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -54,10 +54,9 @@ class _MsmRuns:
     """Plain MSM runs on (a, r) with one splitting: the sweeps before a finish and those the
     finish asks for on the columns it cannot settle alone."""
 
-    def __init__(self, backend, a, r, penalty, splitting, panel, threads, settings):
+    def __init__(self, backend, a, r, penalty, splitting, road):
         self.backend, self.a, self.r, self.penalty = backend, a, r, penalty
-        self.splitting, self.panel, self.threads = splitting, panel, threads
-        self.settings = settings
+        self.splitting, self.road, self.settings = splitting, road, road.settings
 
     def run(self, x_start, rr, settings, x0_owned=False, phase_done=None):
         from ..solvers.loop import run_iterations
@@ -70,8 +69,8 @@ class _MsmRuns:
             x_start,
             self.penalty,
             self.splitting,
-            self.panel,
-            threads=self.threads,
+            self.road.panel,
+            threads=self.road.threads,
             x0_owned=x0_owned,
         )
         return run_iterations(method, n_cols=rr.shape[1], settings=settings, phase_done=phase_done)
@@ -97,51 +96,50 @@ def starts_at_active_set(finish, n, on_host, penalty, settings) -> bool:
     )
 
 
-def run_active_set(
-    backend,
-    a,
-    r,
-    x0,
-    penalty,
-    splitting,
-    *,
-    finish,
-    panel,
-    psd_known=True,
-    threads=None,
-    fine=None,
-    design=None,
-    settings,
-):
+@dataclass(frozen=True)
+class FinishRoad:
+    """What both roads of an exact finish are told besides the problem.
+
+    Attributes
+    ----------
+    finish : {"auto", "exact"}
+    panel : int or None
+        The sweep's panel (``SolveOptions.panel``).
+    settings : msm_gpu.solvers.loop.LoopSettings
+        The sweeps' stopping rule and reporting.
+    psd_known : bool
+        A was shown positive semidefinite (C'C, or the PSD test passed).
+    threads : int, optional
+    fine : tuple, optional
+        a and r in float64 for a float32 problem (``Problem.fine``).
+    design : Design, optional
+        C and D of a least-squares problem (``Problem.design``).
+    """
+
+    finish: str
+    panel: object
+    settings: object
+    psd_known: bool = True
+    threads: object = None
+    fine: object = None
+    design: object = None
+
+
+def run_active_set(backend, a, r, x0, penalty, splitting, road):
     """The host's active set per column from x0, no MSM sweep before it (NNLS, l1).
 
     The sweeps would find faces the active set then has to undo (benchmarks/bench_nnls.py);
     see :func:`starts_at_active_set` for when this road is taken.  Arguments and the
     returned :class:`~msm_gpu.solvers.loop.LoopOutcome` as :func:`run_msm_finished`'s
     (``n_iter`` 0; the splitting's parameters in ``info``, for the columns the finish
-    hands to MSM).  ``psd_known`` must be True: the face solves need A PSD."""
-    if not psd_known:
+    hands to MSM).  ``road.psd_known`` must be True: the face solves need A PSD."""
+    if not road.psd_known:
         raise ValueError("the active set needs A shown positive semidefinite")
-    runs = _MsmRuns(backend, a, r, penalty, splitting, panel, threads, settings)
-    return _finish(runs, x0, None, method="active_set", finish=finish, fine=fine, design=design)
+    runs = _MsmRuns(backend, a, r, penalty, splitting, road)
+    return _finish(runs, x0, None, method="active_set")
 
 
-def run_msm_finished(
-    backend,
-    a,
-    r,
-    x0,
-    penalty,
-    splitting,
-    *,
-    finish,
-    panel,
-    psd_known=True,
-    threads=None,
-    fine=None,
-    design=None,
-    settings,
-):
+def run_msm_finished(backend, a, r, x0, penalty, splitting, road):
     """MSM sweeps through :func:`msm_gpu.solvers.loop.run_iterations`, then the exact finish.
 
     Convex h: MSM runs in chunks of :data:`WARMUP_CHUNK` sweeps until the face (the
@@ -152,28 +150,27 @@ def run_msm_finished(
     Nonconvex h (L0, Lp): the plain MSM run to its own stopping rule, then the polish;
     ``converged`` keeps MSM's meaning (the step rule).
 
-    ``psd_known``: A was shown positive semidefinite (C'C, or the PSD test passed); the
-    face solves of a convex finish need it, so without it the plain MSM run (to its own
-    stopping rule) is returned, with ``info["finish_skipped"]`` saying why.
-    ``fine``: a and r in float64 for a float32 problem (``Problem.fine``): the finish
-    and the reported KKT residual use them.  ``design``: C and D of a least-squares
-    problem (``Problem.design``): the finish compares F from the residual, and hands it
-    on in ``info["_f_design"]`` (float64 runs) for the result.  ``x0`` is handed over:
-    the sweeps may overwrite it.
-    ``settings``: the :class:`~msm_gpu.solvers.loop.LoopSettings` of the sweeps.  Returns their
+    ``road`` (:class:`FinishRoad`): without ``psd_known`` (A shown positive semidefinite:
+    C'C, or the PSD test passed), which the face solves of a convex finish need, the plain
+    MSM run (to its own stopping rule) is returned, with ``info["finish_skipped"]`` saying
+    why.  ``fine``: a and r in float64 for a float32 problem: the finish and the reported
+    KKT residual use them.  ``design``: C and D of a least-squares problem: the finish
+    compares F from the residual, and hands it on in ``info["_f_design"]`` (float64 runs)
+    for the result.  ``x0`` is handed over: the sweeps may overwrite it.  Returns their
     :class:`~msm_gpu.solvers.loop.LoopOutcome`, with ``info`` extended by the finish details
     (``kkt_residual`` per column, ``finish``, ``finish_method``) and ``timings["finish"]``.
     """
     xp = backend.xp
     n = r.shape[0]
-    runs = _MsmRuns(backend, a, r, penalty, splitting, panel, threads, settings)
-    if penalty.is_convex and not psd_known:
+    settings = road.settings
+    runs = _MsmRuns(backend, a, r, penalty, splitting, road)
+    if penalty.is_convex and not road.psd_known:
         # the face solves need A PSD and nothing showed it: the plain MSM run, as is
         out = runs.run(x0, r, settings)
         info = dict(out.info)
         info.update({"finish": None, "finish_skipped": FINISH_SKIPPED})
         return replace(out, info=info)
-    method = face_method(finish, n, backend.on_host, penalty)
+    method = face_method(road.finish, n, backend.on_host, penalty)
     if penalty.is_convex:
         # warm-up: MSM until the face settles (checked every WARMUP_CHUNK sweeps)
         faces = Faces(xp, penalty, n)
@@ -191,14 +188,15 @@ def run_msm_finished(
         out = runs.run(x0, r, warmup, x0_owned=True, phase_done=face_settled)
     else:
         out = runs.run(x0, r, settings, x0_owned=True)
-    return _finish(runs, out.x, out, method=method, finish=finish, fine=fine, design=design)
+    return _finish(runs, out.x, out, method=method)
 
 
-def _finish(runs, x, sweeps, *, method, finish, fine, design):
+def _finish(runs, x, sweeps, *, method):
     """The exact finish from ``x``, after the MSM run ``sweeps`` (a LoopOutcome, or None
     where no sweep ran): F, KKT, message and timings of the whole run."""
     backend, a, r, penalty = runs.backend, runs.a, runs.r, runs.penalty
     settings, tol = runs.settings, runs.settings.tol
+    finish, fine, design = runs.road.finish, runs.road.fine, runs.road.design
     xp = backend.xp
     n, c = r.shape
     if sweeps is None:
@@ -230,7 +228,7 @@ def _finish(runs, x, sweeps, *, method, finish, fine, design):
                 tol=tol,
                 sweep=runs.sweep,
                 settle=runs.settle,
-                threads=runs.threads,
+                threads=runs.road.threads,
                 fine=fine,
                 design=design,
             )
