@@ -96,6 +96,17 @@ def _times_power_of_two(x, e: int, in_place=False):
     return x * factor
 
 
+def scaled_columns_copy(x, dtype, e: int):
+    """``x * 2^e`` as a new F-ordered (column-contiguous) host array in ``dtype``, or None
+    where 2^e is not a number of ``dtype``.  For a wide C, whose columns the design form
+    reads in place: one copy serves it and the products (no transposed second copy)."""
+    factor = _power_of_two(dtype, e)
+    if factor is None:
+        return None
+    out = np.empty(x.shape, dtype=dtype, order="F")
+    return np.multiply(x, factor, out=out, dtype=dtype)
+
+
 def ldexp_float(value, e: int) -> float:
     """``value * 2^e`` as a Python float, +-inf on overflow (never OverflowError)."""
     value = float(value)

@@ -71,7 +71,7 @@ TABLES = ("lo", "hi", "value", "sigma", "left", "right")
 # -- the two forms of A: overloads chosen by the type of ``src`` ------------------------
 #
 # Gram form: src = (A,)                          A (n, n)
-# dense design form: src = (Ct, s)               Ct (n, m) = (C S)' rows, s (n) unused here
+# dense design form: src = (Ct, s)               Ct (n, m) = C' rows, s (n) applied as read
 # sparse design form: src = (indptr, indices, data)   C S in CSC, entries scaled
 #
 # The loops over every variable (the scans of the active set, the MSM sweeps of
@@ -97,7 +97,7 @@ def _gradient_dense(src, x, res, r, i):
     acc = 0.0
     for t in range(res.shape[0]):
         acc += row[t] * res[t]
-    return acc + r[i]
+    return acc * src[1][i] + r[i]
 
 
 @njit(inline="always", fastmath=FAST)
@@ -117,8 +117,9 @@ def _move_gram(src, res, i, delta):
 @njit(inline="always", fastmath=FAST)
 def _move_dense(src, res, i, delta):
     row = src[0][i]
+    step = delta * src[1][i]
     for t in range(res.shape[0]):
-        res[t] += delta * row[t]
+        res[t] += step * row[t]
 
 
 @njit(inline="always", fastmath=FAST)
@@ -139,7 +140,7 @@ def _diagonal_dense(src, i):
     acc = 0.0
     for t in range(row.shape[0]):
         acc += row[t] * row[t]
-    return acc
+    return acc * (src[1][i] * src[1][i])
 
 
 @njit(inline="always", fastmath=FAST)
@@ -243,18 +244,18 @@ def _ol_products(src, order, f, j, out, work):
     if form == 1:
 
         def dense(src, order, f, j, out, work):
-            ct = src[0]
+            ct, s = src
             cj = ct[j]
             for c in range(f):
                 row = ct[order[c]]
                 acc = 0.0
                 for t in range(cj.shape[0]):
                     acc += row[t] * cj[t]
-                out[c] = acc
+                out[c] = acc * (s[order[c]] * s[j])
             acc = 0.0
             for t in range(cj.shape[0]):
                 acc += cj[t] * cj[t]
-            return acc
+            return acc * (s[j] * s[j])
 
         return dense
 
@@ -815,9 +816,9 @@ def pwl_active_set_design(
 
 
 class DesignSource:
-    """C diag(s) as the design-form kernels read it: ``src`` (dense: the columns as rows,
-    C-ordered; sparse: CSC arrays with the entries scaled), ``shape`` (m, n), ``nnz``
-    (entries stored; m n when dense)."""
+    """C diag(s) as the design-form kernels read it: ``src`` (dense: the columns of C as
+    rows, C-ordered, and s, applied as they are read; sparse: CSC arrays with the entries
+    scaled), ``shape`` (m, n), ``nnz`` (entries stored; m n when dense)."""
 
     def __init__(self, C, scale=None):
         import scipy.sparse
@@ -833,8 +834,11 @@ class DesignSource:
             self.src = (indptr, indices, _scaled_columns(indptr, csc.data, s))
             self.nnz = int(csc.nnz)
         else:
-            # the columns of C diag(s) as rows: one pass, C-ordered
-            ct = np.multiply(np.asarray(C).T, s[:, None], dtype=np.float64, order="C")
+            # the columns of C as rows, C-ordered (s is applied as they are read: a power of
+            # two, exact): a view of an F-ordered float64 C, else one transposing copy
+            ct = np.asarray(C).T
+            if not (ct.dtype == np.float64 and ct.flags.c_contiguous):
+                ct = np.ascontiguousarray(ct, dtype=np.float64)
             self.src = (ct, s)
             self.nnz = m * n
         self.shape = (m, n)
