@@ -469,6 +469,19 @@ def test_kernels_are_cached_outside_the_package():
         assert path.startswith(os.path.abspath(jit.cache_dir()) + os.sep), path
 
 
+def test_the_cache_folder_changes_with_any_source_file(tmp_path):
+    # kernels inline helpers from other files, which Numba's per-file check does not see:
+    # a folder per version of the sources cannot serve stale machine code
+    for tree in ("a", "b"):
+        (tmp_path / tree / "sub").mkdir(parents=True)
+        (tmp_path / tree / "caller.py").write_text("def f(): return helper()\n")
+        (tmp_path / tree / "sub" / "helper.py").write_text("def helper(): return 1\n")
+    assert jit.tree_digest(tmp_path / "a") == jit.tree_digest(tmp_path / "b")
+    (tmp_path / "b" / "sub" / "helper.py").write_text("def helper(): return 2\n")
+    assert jit.tree_digest(tmp_path / "a") != jit.tree_digest(tmp_path / "b")
+    assert jit.cache_dir().endswith(jit.source_digest())
+
+
 def test_numba_cache_dir_of_the_user_is_respected(tmp_path):
     code = (
         "from msm_gpu.backends.cpu import kernels as cpu_kernels, jit; "

@@ -11,9 +11,12 @@ per-user folder instead (:func:`cache_dir`), unless the user chose one with
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
 
 #: Environment variable that overrides :func:`cache_dir` (Numba's own, NUMBA_CACHE_DIR,
 #: takes precedence over both).
@@ -21,18 +24,41 @@ CACHE_ENV = "MSM_GPU_CACHE_DIR"
 
 
 def cache_dir() -> str:
-    """The folder for compiled kernels: ``$MSM_GPU_CACHE_DIR``, else
-    ``$XDG_CACHE_HOME/msm-gpu/numba`` (``~/.cache/msm-gpu/numba``), else a folder in the
-    temporary directory when the home folder is not writable."""
+    """The folder for compiled kernels: a subfolder named by :func:`source_digest` of
+    ``$MSM_GPU_CACHE_DIR``, else of ``$XDG_CACHE_HOME/msm-gpu/numba``
+    (``~/.cache/msm-gpu/numba``), else of a folder in the temporary directory when the
+    home folder is not writable."""
     explicit = os.environ.get(CACHE_ENV)
     if explicit:
-        return explicit
+        return os.path.join(explicit, source_digest())
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     candidate = os.path.join(base, "msm-gpu", "numba")
     if _writable(candidate):
-        return candidate
+        return os.path.join(candidate, source_digest())
     user = str(os.getuid()) if hasattr(os, "getuid") else "user"
-    return os.path.join(tempfile.gettempdir(), f"msm-gpu-{user}", "numba")
+    return os.path.join(tempfile.gettempdir(), f"msm-gpu-{user}", "numba", source_digest())
+
+
+@lru_cache(maxsize=1)
+def source_digest() -> str:
+    """16 hex digits of a hash of the package's Python sources.
+
+    Numba checks a cached kernel against its own file only, but kernels inline helpers
+    from other files (the design form's sweeps, the face tables): a changed helper would
+    leave its callers' machine code in the cache, stale (wrong answers after a ``git
+    pull`` that leaves the caller's file alone).  A cache folder per version of the whole
+    package cannot go stale; reading the sources takes a few milliseconds."""
+    return tree_digest(Path(__file__).resolve().parents[2])
+
+
+def tree_digest(root) -> str:
+    """16 hex digits of a hash of the ``*.py`` files below ``root`` (names and bytes)."""
+    root = Path(root)
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def _writable(path: str) -> bool:
