@@ -25,7 +25,6 @@ from .scaling import (
     ldexp,
     ldexp_float,
     max_abs,
-    scaled_columns_copy,
     scaled_dense_copy,
     scaled_penalty,
 )
@@ -277,10 +276,9 @@ def prepare_design(C, D, penalty, x0, backend) -> DesignProblem:
     e_c = exponent_of(max_abs(C))
     d_max = max_abs(D) if stats is None else stats[1]
     e_d = exponent_of(d_max) if d_max > 0 else e_c
-    c = None
     if be.on_host and not c_kind.sparse and not c_kind.on_device and C.shape[1] > C.shape[0]:
-        c = scaled_columns_copy(C, dtype, -e_c)  # wide: read by columns (the design form)
-    if c is None:
+        c = scaled_dense_copy(be, C, dtype, -e_c, order="F")  # wide: the design form's
+    else:
         c = ldexp(_on_backend(be, C, dtype, c_kind), -e_c)
     if be.on_host and isinstance(D, np.ndarray) and D.dtype == dtype:
         d = D  # only read from here on: no copy of the largest input

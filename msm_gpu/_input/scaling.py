@@ -54,9 +54,10 @@ def ldexp(x, e: int):
     return _times_power_of_two(x, e)
 
 
-def scaled_dense_copy(be, x, dtype, e: int):
+def scaled_dense_copy(be, x, dtype, e: int, order=None):
     """``x * 2^e`` as a new dense array of backend ``be`` in ``dtype`` (x dense; never x
-    itself).
+    itself); ``order="F"``: column-contiguous on the host (a wide C, whose columns the
+    design form reads in place: one copy serves it and the products).
 
     A NumPy x on the CPU backend is converted and scaled in one pass into one fresh array:
     a copy and then a scaled copy write two, each paying its page faults
@@ -65,8 +66,10 @@ def scaled_dense_copy(be, x, dtype, e: int):
     power of two (exact)."""
     factor = _power_of_two(dtype, e)
     if be.on_host and isinstance(x, np.ndarray) and factor is not None:
-        # x's layout kept; a C-ordered one aligned for the sweep's vectors (HOST_ALIGN)
-        out = aligned_empty(x.shape, dtype) if x.flags.c_contiguous else None
+        if order == "F":
+            out = np.empty(x.shape, dtype=dtype, order="F")
+        else:  # x's layout kept; a C-ordered one aligned for the sweep's vectors
+            out = aligned_empty(x.shape, dtype) if x.flags.c_contiguous else None
         return np.multiply(x, factor, dtype=dtype, out=out)
     return _times_power_of_two(be.asarray(x, dtype), e, in_place=True)
 
@@ -94,17 +97,6 @@ def _times_power_of_two(x, e: int, in_place=False):
         x *= factor
         return x
     return x * factor
-
-
-def scaled_columns_copy(x, dtype, e: int):
-    """``x * 2^e`` as a new F-ordered (column-contiguous) host array in ``dtype``, or None
-    where 2^e is not a number of ``dtype``.  For a wide C, whose columns the design form
-    reads in place: one copy serves it and the products (no transposed second copy)."""
-    factor = _power_of_two(dtype, e)
-    if factor is None:
-        return None
-    out = np.empty(x.shape, dtype=dtype, order="F")
-    return np.multiply(x, factor, out=out, dtype=dtype)
 
 
 def ldexp_float(value, e: int) -> float:

@@ -115,8 +115,10 @@ class Faces:
         rows = slice(0, 1) if self.uniform else slice(None)
         out = {}
         for k, name in enumerate(TABLE_NAMES):
-            factor = scale[0 if k < 3 else 1][:, None]  # points, then slopes
-            table = np.broadcast_to(self.stacked[k] * factor, (n_rows, 5))
+            table = self.stacked[k]
+            if scale.shape[1] > 1:  # points times 1 / s, slopes times s
+                table = table * scale[0 if k < 3 else 1][:, None]
+            table = np.broadcast_to(table, (n_rows, 5))
             out[name] = xp.asarray(table[rows])
         out["free"] = xp.asarray(np.broadcast_to(self._free, (n_rows, 5))[rows])
         return out

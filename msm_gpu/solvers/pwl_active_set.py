@@ -252,10 +252,7 @@ def _ol_products(src, order, f, j, out, work):
                 for t in range(cj.shape[0]):
                     acc += row[t] * cj[t]
                 out[c] = acc * (s[order[c]] * s[j])
-            acc = 0.0
-            for t in range(cj.shape[0]):
-                acc += cj[t] * cj[t]
-            return acc * (s[j] * s[j])
+            return _diagonal_dense(src, j)
 
         return dense
 
