@@ -27,6 +27,7 @@ from .scaling import (
     max_abs,
     scaled_dense_copy,
     scaled_penalty,
+    scaled_sparse_copy,
 )
 from .stats import all_finite, host_float_stats
 
@@ -259,9 +260,13 @@ class DesignProblem:
 def prepare_design(C, D, penalty, x0, backend) -> DesignProblem:
     """Check ``least_squares(C, D, penalty, x0=x0, backend=backend)`` and rescale C and D
     by powers of two; no product of C is formed here."""
-    C = v.check_array(C, "C", ndims=(2,))
+    C = v.check_array(C, "C", ndims=(2,), check_finite=False)
     D = v.check_array(D, "D", check_finite=False)
     c_kind, d_kind = ArrayKind.of(C), ArrayKind.of(D)  # the inputs' kinds, found once
+    # one pass over a dense C (or a sparse C's entries): finite and max |C|
+    c_stats = host_float_stats(C.data if c_kind.sparse and not c_kind.on_device else C)
+    if c_kind.dtype.kind == "f" and not c_kind.sparse:  # sparse: checked above
+        v.check_finite_values(C, "C", finite=None if c_stats is None else c_stats[0])
     stats = host_float_stats(D)  # one pass over a dense D: finite, max |D|, ||D||^2
     if d_kind.dtype.kind == "f" and not d_kind.sparse:  # sparse: checked above
         v.check_finite_values(D, "D", finite=None if stats is None else stats[0])
@@ -273,11 +278,15 @@ def prepare_design(C, D, penalty, x0, backend) -> DesignProblem:
     x0 = v.check_x0(x0, (n,) + tuple(D.shape[1:]))
     be = get_backend(backend, C, D, x0)
     dtype = v.working_dtype(C, D, x0)
-    e_c = exponent_of(max_abs(C))
+    e_c = exponent_of(max_abs(C) if c_stats is None else c_stats[1])
     d_max = max_abs(D) if stats is None else stats[1]
     e_d = exponent_of(d_max) if d_max > 0 else e_c
-    if be.on_host and not c_kind.sparse and not c_kind.on_device and C.shape[1] > C.shape[0]:
-        c = scaled_dense_copy(be, C, dtype, -e_c, order="F")  # wide: the design form's
+    if be.on_host and not c_kind.sparse and not c_kind.on_device:
+        # one F-ordered scaled copy: the design form reads its columns in place, and the
+        # Gram form's products take either order
+        c = scaled_dense_copy(be, C, dtype, -e_c, order="F")
+    elif be.on_host and c_kind.sparse and not c_kind.on_device:
+        c = scaled_sparse_copy(C, dtype, -e_c)
     else:
         c = ldexp(_on_backend(be, C, dtype, c_kind), -e_c)
     if be.on_host and isinstance(D, np.ndarray) and D.dtype == dtype:

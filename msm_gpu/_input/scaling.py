@@ -74,6 +74,19 @@ def scaled_dense_copy(be, x, dtype, e: int, order=None):
     return _times_power_of_two(be.asarray(x, dtype), e, in_place=True)
 
 
+def scaled_sparse_copy(x, dtype, e: int):
+    """``x * 2^e`` for a host SciPy CSR/CSC matrix ``x``, as a new matrix of its format in
+    ``dtype``: the entries converted and scaled in one pass into one fresh array (not a
+    converted copy and then a scaled one), the index arrays copied (an in-place sort of
+    the result never reaches the user's)."""
+    factor = _power_of_two(dtype, e)
+    if factor is not None:
+        data = np.multiply(x.data, factor, dtype=dtype)
+    else:
+        data = _times_power_of_two(x.data.astype(dtype), e, in_place=True)
+    return type(x)((data, x.indices.copy(), x.indptr.copy()), shape=x.shape)
+
+
 def _power_of_two(dtype, e: int):
     """2^e as a number of the float ``dtype`` (subnormal included), or None where it is not."""
     dtype = np.dtype(dtype)

@@ -90,8 +90,12 @@ def _check_sparse(x, name, ndims):
     # stays CSC: the design form reads C by columns, and the round trip costs two copies
     if getattr(x, "format", None) not in ("csr", "csc"):
         x = x.tocsr()
-    if kind == "f" and x.data.size and not bool(module_of(x.data).isfinite(x.data).all()):
-        raise ValueError(f"{name} contains NaN or Inf")
+    if kind == "f" and x.data.size:
+        finite = all_finite(x.data)  # host: one compiled pass, no boolean temporary
+        if finite is None:
+            finite = bool(module_of(x.data).isfinite(x.data).all())
+        if not finite:
+            raise ValueError(f"{name} contains NaN or Inf")
     return x
 
 
