@@ -17,6 +17,15 @@ from ..penalties import CODE_BOX, CODE_L1
 
 # -- the faces of a convex separable h --------------------------------------------------
 
+
+def _times_rows(table, factor):
+    """``table * factor[:, None]``, but ``table`` itself where it is one row of 0 and +-inf
+    only (which any positive factor leaves as they are): alike in every row, one row."""
+    if table.shape[0] == 1 and not np.any(np.isfinite(table) & (table != 0)):
+        return table
+    return table * factor[:, None]
+
+
 #: The per-state tables of :class:`Faces`, in the order of :attr:`Faces.stacked`.
 TABLE_NAMES = ("lo", "hi", "value", "sigma", "left", "right")
 
@@ -46,7 +55,7 @@ class Faces:
     def __init__(self, xp, penalty, n, row_scale=None):
         if penalty.code not in (CODE_BOX, CODE_L1):
             raise ValueError(f"Faces needs a convex piecewise-linear penalty, got {penalty!r}")
-        penalty.table(n)  # checks per-row bounds against n (a ValueError naming n)
+        penalty.check_rows(n)  # a ValueError naming n
         inf = math.inf
         n_rows = n
         lb, ub = (np.asarray(v, dtype=np.float64) for v in (penalty.lb, penalty.ub))
@@ -89,11 +98,24 @@ class Faces:
             scale = np.ones((2, 1))
         else:
             s = np.asarray(row_scale, dtype=np.float64).reshape(n_rows)
-            scale = np.stack([1.0 / s, s])  # exact: powers of two
-            pts = pts[:, :3] * scale[0][:, None]
-            slope = slope * scale[1][:, None]
-            lb, ub = lb * scale[0], ub * scale[0]
-        self.uniform = bool(np.all(pts == pts[:1]) and np.all(slope == slope[:1]))
+            scale = np.empty((2, n_rows))
+            np.divide(1.0, s, out=scale[0])  # exact: powers of two
+            scale[1] = s
+            inv = scale[0]
+            if n == 1 and s.min() == s.max():
+                s, inv = s[:1], inv[:1]  # every row scaled alike: one row still
+            pts = _times_rows(pts[:, :3], inv)
+            lb, ub = (_times_rows(v[:, None], inv)[:, 0] for v in (lb, ub))
+            # the slopes' scale stays in row_scale (the kernels apply it); only whether
+            # y's rows are alike is needed here
+            if n > 1:
+                slope = slope * s[:, None]
+            elif s.shape[0] > 1 and np.any(slope != 0):
+                slope = np.broadcast_to(slope, (n_rows, 3))  # unlike rows (a view)
+        if n == 1:  # h alike in every row: so are y's, where one row was kept
+            self.uniform = pts.shape[0] == slope.shape[0] == 1
+        else:
+            self.uniform = bool(np.all(pts == pts[:1]) and np.all(slope == slope[:1]))
         rows = slice(0, 1) if self.uniform else slice(None)
         self.pts = xp.asarray(pts[rows, :3])
         self.lb = xp.asarray(lb[rows, None])

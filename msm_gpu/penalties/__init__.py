@@ -82,17 +82,22 @@ class Penalty:
     # -- the shared table -------------------------------------------------------
     def table(self, n: int, dtype=np.float64) -> np.ndarray:
         """Per-row parameter table ``(n, 4)`` = ``[lam, lb, ub, p]`` for the sweeps."""
+        self.check_rows(n)
         params = np.empty((n, 4), dtype=dtype)
         params[:, COL_LAM] = self.lam
-        for col, bound, name in ((COL_LB, self.lb, "lb"), (COL_UB, self.ub, "ub")):
+        params[:, COL_LB] = self.lb
+        params[:, COL_UB] = self.ub
+        params[:, COL_P] = self.p
+        return params
+
+    def check_rows(self, n: int) -> None:
+        """Refuse per-row bounds whose length is not the problem's n rows."""
+        for bound, name in ((self.lb, "lb"), (self.ub, "ub")):
             if isinstance(bound, np.ndarray) and bound.shape != (n,):
                 raise ValueError(
                     f"penalty bound {name} has {bound.shape[0]} entries but the problem "
                     f"has n = {n} rows"
                 )
-            params[:, col] = bound
-        params[:, COL_P] = self.p
-        return params
 
     # -- reference formulas (array API: NumPy or CuPy arrays) -------------------
     def value(self, x):
