@@ -11,7 +11,7 @@ from array_api_compat import numpy as xp
 
 import msm_gpu as mg
 from msm_gpu.finish import objective
-from msm_gpu.finish.terms import host_terms
+from msm_gpu.finish.terms import host_kkt, host_terms
 
 PENALTIES = [
     mg.Zero(),
@@ -52,6 +52,23 @@ def test_host_pass_matches_the_array_api_code(rng, penalty):
     assert np.isfinite(host_terms(a, r, inside, penalty)[0]).all()
     if np.any((x < np.reshape(penalty.lb, (-1, 1))) | (x > np.reshape(penalty.ub, (-1, 1)))):
         assert np.isinf(host_terms(a, r, x, penalty)[0]).any()
+
+
+@pytest.mark.parametrize("penalty", PENALTIES, ids=repr)
+def test_kkt_from_products_matches_the_array_api_code(rng, penalty):
+    # the design form's KKT residual: A x, r and diag(A) given (no A), some columns only
+    a, r, x = problem(rng)
+    ax, diag = a @ x, np.diagonal(a).copy()
+    want = objective.array_kkt_residual_from(xp, ax, r, diag, x, penalty)
+    got = objective.kkt_residual_from(xp, ax, r, diag, x, penalty)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-15)
+    cols = [1, 5]  # strided column picks: copied to C order, same values
+    np.testing.assert_allclose(
+        host_kkt(ax[:, cols], r[:, cols], diag, x[:, cols], penalty), want[cols], rtol=1e-10
+    )
+    # float32 or 1-D input: left to the array-API code
+    assert host_kkt(ax.astype(np.float32), r, diag, x, penalty) is None
+    assert host_kkt(ax, r, diag[:, None], x, penalty) is None
 
 
 def test_public_functions_use_the_host_pass_for_host_float64(rng, monkeypatch):

@@ -24,6 +24,7 @@ import numpy as np
 
 from .._input.scaling import equilibration, row_scaled_penalty
 from ..arrays import is_sparse, to_host
+from ..backends.cpu.jit import njit
 from ..backends.cpu.threads import blas_controller
 from ..result import SolveResult
 from ..solvers.design_msm import design_sweeps
@@ -175,8 +176,8 @@ def _solve_exact(problem, options, started, gram_fallback):
         )
     x = y * s[:, None]
     finished = time.perf_counter()
-    if rest.size:
-        kkt[rest] = _kkt_design(c, d[:, rest], norms, x[:, rest], problem.penalty)
+    f_cols, kkt_rest = _objective_and_kkt(c, d, norms, x, problem.penalty, rest)
+    kkt[rest] = kkt_rest
     converged = (status == 1) & (kkt <= opts.tol)
     info = {
         "representation": "design",
@@ -186,7 +187,6 @@ def _solve_exact(problem, options, started, gram_fallback):
         "finish_columns": int(finish.size),
         "kkt_residual": kkt,
     }
-    f_cols, _ = design.objective(x, problem.penalty)
     todo = np.flatnonzero(~converged)
     if todo.size and n <= PWL_MAX_N and not timed_out:
         fallback = gram_fallback(todo, problem.to_user(x[:, todo]))
@@ -359,6 +359,65 @@ def _column_norms_squared(c):
     if is_sparse(c):
         return column_norms_squared(c.indptr, c.data)
     return np.einsum("ij,ij->j", c, c)
+
+
+def _objective_and_kkt(c, d, norms, x, penalty, cols):
+    """F per column (as :meth:`Design.objective` computes it: 1/2 ||C x - d||^2 + h(x))
+    and the KKT residual of :func:`_kkt_design` for the columns ``cols``, from one
+    product C x for both."""
+    sparse = is_sparse(c)
+    if sparse:  # x is sparse too: only its nonzero rows' columns of C are read
+        cx = np.zeros(d.shape)
+        _csc_times(c.indptr, c.indices, c.data, np.ascontiguousarray(x), cx)
+    else:
+        cx = np.asarray(c @ x)
+    res = cx - d
+    f = 0.5 * np.sum(res * res, axis=0) + np.sum(penalty.value(x), axis=0)
+    k = cols.size
+    if not k:
+        return f, np.empty(0)
+    if sparse:  # C'(C x) and C'd in one pass over C
+        ax, ctd = np.empty((x.shape[0], k)), np.empty((x.shape[0], k))
+        u, v = (np.ascontiguousarray(w[:, cols]) for w in (cx, d))
+        _csc_dots(c.indptr, c.indices, c.data, u, v, ax, ctd)
+    else:
+        # two thin products, not one with 2k columns: BLAS packs a GEMM's operands (a
+        # GEMV per column is several times faster for k = 1)
+        ax, ctd = np.asarray(c.T @ cx[:, cols]), np.asarray(c.T @ d[:, cols])
+    return f, kkt_residual_from(np, ax, -ctd, norms, x[:, cols], penalty)
+
+
+@njit(nogil=True)
+def _csc_times(indptr, indices, data, x, out):
+    """out += C x for a CSC C, reading only the columns j where row j of x is nonzero."""
+    n, k = x.shape
+    for j in range(n):
+        nonzero = False
+        for col in range(k):
+            nonzero = nonzero or x[j, col] != 0.0
+        if nonzero:
+            for p in range(indptr[j], indptr[j + 1]):
+                i, v = indices[p], data[p]
+                for col in range(k):
+                    out[i, col] += v * x[j, col]
+
+
+@njit(nogil=True)
+def _csc_dots(indptr, indices, data, u, v, out_u, out_v):
+    """out_u[j] = c_j'u and out_v[j] = c_j'v for every column c_j of a CSC C (one pass;
+    a column's entries are read again for each right-hand side, from the cache)."""
+    n, k = out_u.shape
+    for j in range(n):
+        start, stop = indptr[j], indptr[j + 1]
+        for col in range(k):
+            su = 0.0
+            sv = 0.0
+            for p in range(start, stop):
+                i, w = indices[p], data[p]
+                su += w * u[i, col]
+                sv += w * v[i, col]
+            out_u[j, col] = su
+            out_v[j, col] = sv
 
 
 def _kkt_design(c, d, norms, x, penalty):

@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from ..arrays import namespace, to_host
-from .terms import host_terms
+from .terms import host_kkt, host_terms
 
 # -- objective and KKT residual (float64) -------------------------------------------------
 
@@ -67,12 +67,20 @@ def kkt_residual(a, r, x, penalty):
 
 def array_api_kkt_residual(xp, a, r, x, penalty):
     """:func:`kkt_residual` of float64 arrays in array-API calls (any backend)."""
-    return kkt_residual_from(xp, xp.matmul(a, x), r, xp.diagonal(a), x, penalty)
+    return array_kkt_residual_from(xp, xp.matmul(a, x), r, xp.diagonal(a), x, penalty)
 
 
 def kkt_residual_from(xp, ax, r, d, x, penalty):
     """:func:`kkt_residual` from A x, r and diag(A) (float64): the design form computes
-    them from C without A."""
+    them from C without A.  Host arrays: one compiled pass (:func:`host_kkt`)."""
+    host = host_kkt(ax, r, d, x, penalty)
+    if host is not None:
+        return host
+    return array_kkt_residual_from(xp, ax, r, d, x, penalty)
+
+
+def array_kkt_residual_from(xp, ax, r, d, x, penalty):
+    """:func:`kkt_residual_from` in array-API calls (any backend)."""
     g = ax + r
     floor = 1e-300 + np.finfo(np.float64).eps * float(xp.max(xp.abs(d)))
     b = xp.where(d > 0, d, floor * xp.ones_like(d))[:, None]  # floor: zero columns of C

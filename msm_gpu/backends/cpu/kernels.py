@@ -29,6 +29,15 @@ def box_prox(w, b, lb, ub):
 
 
 @njit(inline="always")
+def l1_box_prox(w, b, cut, lb, ub):
+    """argmin_{lb <= t <= ub} 1/2 b t^2 + w t + lam |t| with ``cut`` = lam / b: -w / b
+    soft-thresholded by ``cut``, then clipped (prox_scalar's CODE_L1 up to the sign of a
+    zero), as selects that vectorise; ``cut`` = 0 is :func:`box_prox`."""
+    a = -w / b
+    return min(max(math.copysign(max(abs(a) - cut, 0.0), a), lb), ub)
+
+
+@njit(inline="always")
 def prox_scalar(code, w, b, lam, lb, ub, p):
     """Return (t, h(t)) with t = argmin_t 1/2 b t^2 + w t + h(t)."""
     a = -w / b
