@@ -15,7 +15,7 @@ import scipy.sparse
 from test_rank_deficient import PENALTIES, _f, _problem, _reference
 
 import msm_gpu as mg
-from msm_gpu.solvers.design_msm import FACTOR_IN_SWEEPS, design_sweeps
+from msm_gpu.solvers.design_msm import FACTOR_IN_SWEEPS, WARM_SWEEPS, design_sweeps
 from msm_gpu.solvers.pwl_active_set import DesignSource
 
 
@@ -298,3 +298,22 @@ def test_sparse_index_arrays_of_either_width_give_the_same_answer():
     a, b = mg.nnls(c, d), mg.nnls(wide, d)
     assert a.info["representation"] == b.info["representation"] == "design"
     np.testing.assert_array_equal(a.x, b.x)
+
+
+def test_a_large_face_that_meets_tol_early_still_goes_on_to_rounding():
+    # near-orthogonal columns (I plus a few small entries): the full sweeps meet the
+    # user's tol within the first few, before the face-size check at sweep WARM_SWEEPS;
+    # every variable is free and the face costs more than FACTOR_IN_SWEEPS sweeps, so no
+    # active set follows: the sweeps must still go on to rounding (they stopped at a
+    # KKT residual of 1.4e-8, x off by 2e-7, before)
+    rng = np.random.default_rng(3)
+    n = 60
+    off = scipy.sparse.random(n, n, density=1.0 / n, random_state=2, format="csc")
+    off.data = 0.05 * rng.uniform(-1, 1, off.nnz)
+    c = (scipy.sparse.identity(n, format="csc") + off).tocsc()
+    x_true = rng.uniform(1, 2, n)
+    res = mg.nnls(c, c @ x_true, representation="design")
+    assert n**3 / 3 > FACTOR_IN_SWEEPS * 2 * c.nnz and res.n_iter < WARM_SWEEPS  # the regime
+    assert res.info["finish_columns"] == 0
+    assert res.info["kkt_residual"].max() <= 1e-12
+    np.testing.assert_allclose(res.x, x_true, rtol=1e-12)  # C x = d has this positive root

@@ -284,6 +284,14 @@ def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, hi
                 break
             step, target = math.sqrt(step2), col_tol * max(math.sqrt(size2), floor[col])
             done = step <= target
+            if done and use_ws and col_tol > ALONE_TOL:
+                in_sweeps = _factor_in_sweeps(x, params, m, nnz)
+                if in_sweeps > FACTOR_IN_SWEEPS:
+                    # tol met, but the face is too large for the active set: no finish
+                    # follows, so on to rounding (as from sweep ``warm`` below)
+                    col_tol = ALONE_TOL
+                    budget = max(budget, min(cap, int(in_sweeps)))
+                    done = False
             if done:
                 break
             if k == warm:
