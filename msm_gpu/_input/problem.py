@@ -257,9 +257,10 @@ class DesignProblem:
         return self.backend.to_user(x[:, 0] if self.one_problem else x, self.user_like)
 
 
-def prepare_design(C, D, penalty, x0, backend) -> DesignProblem:
+def prepare_design(C, D, penalty, x0, backend, *, c_order=None) -> DesignProblem:
     """Check ``least_squares(C, D, penalty, x0=x0, backend=backend)`` and rescale C and D
-    by powers of two; no product of C is formed here."""
+    by powers of two; no product of C is formed here.  ``c_order="F"``: the rescaled copy
+    of a host dense C is column-major (the design form is expected; a wide C always is)."""
     C = v.check_array(C, "C", ndims=(2,), check_finite=False)
     D = v.check_array(D, "D", check_finite=False)
     c_kind, d_kind = ArrayKind.of(C), ArrayKind.of(D)  # the inputs' kinds, found once
@@ -282,9 +283,12 @@ def prepare_design(C, D, penalty, x0, backend) -> DesignProblem:
     d_max = max_abs(D) if stats is None else stats[1]
     e_d = exponent_of(d_max) if d_max > 0 else e_c
     if be.on_host and not c_kind.sparse and not c_kind.on_device:
-        # one F-ordered scaled copy: the design form reads its columns in place, and the
-        # Gram form's products take either order
-        c = scaled_dense_copy(be, C, dtype, -e_c, order="F")
+        # one scaled copy; F-ordered where the design form will read its columns in place
+        # (a wide C, or the caller's hint), else in C's layout (a straight copy: several
+        # times faster than a transposing one, and the Gram form's products take either)
+        wide = C.shape[1] > C.shape[0]
+        order = "F" if wide or c_order == "F" else None
+        c = scaled_dense_copy(be, C, dtype, -e_c, order=order)
     elif be.on_host and c_kind.sparse and not c_kind.on_device:
         c = scaled_sparse_copy(C, dtype, -e_c)
     else:
