@@ -212,7 +212,10 @@ def _solve_exact(problem, options, started, gram_fallback):
         )
     history = None
     if opts.record_objective:
-        f0, _ = design.objective(x0, problem.penalty)
+        if np.any(x0):
+            f0, _ = design.objective(x0, problem.penalty)
+        else:  # a cold start: C 0 = 0, F = 1/2 ||d||^2 + h(0), from the d at hand
+            f0 = 0.5 * np.sum(d * d, axis=0) + np.sum(problem.penalty.value(x0), axis=0)
         history = [float(np.sum(f0))]
     timings = {"setup": set_up - started, "iterations": swept_at - set_up}
     timings["finish"] = finished - swept_at
