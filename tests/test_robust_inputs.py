@@ -591,6 +591,39 @@ def test_scaled_dense_copy_is_the_cast_then_the_power_of_two(source, dtype, orde
     np.testing.assert_array_equal(x, before)
 
 
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_scaled_sparse_copy_is_the_cast_then_the_power_of_two(fmt, dtype):
+    # the entries cast and scaled in one pass; index arrays copied (sorting the copy never
+    # reorders the user's), the format and SciPy's sortedness flag kept
+    import scipy.sparse
+
+    from msm_gpu._input.scaling import scaled_sparse_copy
+
+    x = scipy.sparse.random(30, 40, density=0.2, format=fmt, random_state=2) * 1e3
+    # the same matrix with each row's (column's) entries stored in reverse order
+    ptr, idx, val = x.indptr, x.indices.copy(), x.data.copy()
+    for k in range(len(ptr) - 1):
+        idx[ptr[k] : ptr[k + 1]] = idx[ptr[k] : ptr[k + 1]][::-1]
+        val[ptr[k] : ptr[k + 1]] = val[ptr[k] : ptr[k + 1]][::-1]
+    unsorted = type(x)((val, idx, ptr.copy()), shape=x.shape)
+    for a in (x, unsorted):
+        before = (a.data.copy(), a.indices.copy(), a.indptr.copy())
+        with np.errstate(over="ignore", under="ignore"):
+            for e in (-1100, -149, -3, 0, 5, 200):
+                got = scaled_sparse_copy(a, dtype, e)
+                assert got.format == fmt and got.dtype == dtype
+                assert not np.shares_memory(got.indices, a.indices)
+                assert got.has_sorted_indices == a.has_sorted_indices
+                want = np.ldexp(a.toarray().astype(dtype), e)
+                np.testing.assert_array_equal(got.toarray(), want)
+                got.sort_indices()
+                np.testing.assert_array_equal(got.toarray(), want)
+        for kept, was in zip((a.data, a.indices, a.indptr), before, strict=True):
+            np.testing.assert_array_equal(kept, was)
+    assert not unsorted.has_sorted_indices
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_one_pass_stats_of_d_match_numpy(rng, dtype):
     from msm_gpu._input.stats import host_float_stats

@@ -84,7 +84,11 @@ def scaled_sparse_copy(x, dtype, e: int):
         data = np.multiply(x.data, factor, dtype=dtype)
     else:
         data = _times_power_of_two(x.data.astype(dtype), e, in_place=True)
-    return type(x)((data, x.indices.copy(), x.indptr.copy()), shape=x.shape)
+    out = type(x)((data, x.indices.copy(), x.indptr.copy()), shape=x.shape)
+    # SciPy's own flag, found once per matrix and kept on it: the copy's indices are in
+    # the same order, and a later sort_indices() need not check them again (an O(nnz) pass)
+    out.has_sorted_indices = x.has_sorted_indices
+    return out
 
 
 def _power_of_two(dtype, e: int):
