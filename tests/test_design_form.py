@@ -161,3 +161,31 @@ def test_a_sparse_design_with_1e5_columns_runs_in_bounded_memory():
     assert peak < 40 * (c.nnz * 12 + 8 * (m + n))
     lasso = mg.least_squares(c, d, mg.L1(0.05 * np.abs(c.T @ d).max()))
     assert lasso.converged and np.count_nonzero(lasso.x) < m
+
+
+def test_column_norms_from_the_input_checks_pass():
+    # the checks' pass over a C-ordered C also sums its columns' squares: the design form's
+    # ||c_j||^2 of the rescaled C without another pass; not where C's scale is extreme
+    # (a square of the unscaled C could under- or overflow) or C is not C-ordered
+    from msm_gpu._input.problem import prepare_design
+
+    rng = np.random.default_rng(5)
+    c = rng.normal(size=(60, 90))
+    d = rng.normal(size=60)
+    for scale, layout, found in (
+        (1.0, "C", True),
+        (1e3, "C", True),
+        (1e200, "C", False),
+        (1e-200, "C", False),
+        (1.0, "F", False),
+    ):
+        cs = np.asarray(c * scale, order=layout)
+        design = prepare_design(cs, d, mg.L1(0.1), None, "cpu").design
+        scaled = np.asarray(design.c, dtype=np.float64)
+        if found:
+            np.testing.assert_allclose(design.c_norms, np.sum(scaled * scaled, axis=0), rtol=1e-14)
+        else:
+            assert design.c_norms is None
+        res = mg.least_squares(cs, d, mg.L1(0.1 * scale), representation="design")
+        ref = mg.least_squares(c, d, mg.L1(0.1), representation="gram")
+        np.testing.assert_allclose(res.x * scale, ref.x, rtol=1e-9, atol=1e-12)

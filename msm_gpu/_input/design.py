@@ -35,12 +35,15 @@ class Design:
     d_exp : int
     cols : (k,) int ndarray or None
         The columns of D this design stands for (:meth:`columns`); None: all of them.
+    c_norms : (n,) float64 ndarray or None
+        ||c_j||^2 of the rescaled C, where the input checks' pass over C found them.
     """
 
     c: object
     d: object
     d_exp: int = 0
     cols: object = None
+    c_norms: object = None
 
     @cached_property
     def c_kind(self) -> ArrayKind:

@@ -29,7 +29,7 @@ from .scaling import (
     scaled_penalty,
     scaled_sparse_copy,
 )
-from .stats import all_finite, host_float_stats
+from .stats import all_finite, column_stats, host_float_stats
 
 #: A sparse A or C'C is made dense only up to this many bytes (MSM sweeps a dense A).
 DENSE_LIMIT_BYTES = 4 * 2**30
@@ -158,12 +158,20 @@ SQUARES_SAFE = (2.0**-480, 2.0**480)
 def _scaled_norms(stats, e):
     """The column norms of R 2^e from ``stats`` = (max |R|, column sums of squares of R),
     or None where there are no stats or the squares may have under/overflowed."""
+    squares = _scaled_squares(stats, e)
+    return None if squares is None else np.sqrt(squares)
+
+
+def _scaled_squares(stats, e):
+    """The column sums of squares of X 2^e from ``stats`` = (max |X|, those of X), exact
+    (powers of two), or None where there are no stats or the squares may have under- or
+    overflowed."""
     if stats is None:
         return None
     biggest, squares = stats
     if biggest != 0 and not SQUARES_SAFE[0] <= biggest <= SQUARES_SAFE[1]:
         return None
-    return np.ldexp(np.sqrt(squares), e)
+    return np.ldexp(squares, 2 * e)
 
 
 #: |exponent| of max |D| up to which C'D and ||D||^2 are formed from D as given (products
@@ -264,8 +272,11 @@ def prepare_design(C, D, penalty, x0, backend, *, c_order=None) -> DesignProblem
     C = v.check_array(C, "C", ndims=(2,), check_finite=False)
     D = v.check_array(D, "D", check_finite=False)
     c_kind, d_kind = ArrayKind.of(C), ArrayKind.of(D)  # the inputs' kinds, found once
-    # one pass over a dense C (or a sparse C's entries): finite and max |C|
-    c_stats = host_float_stats(C.data if c_kind.sparse and not c_kind.on_device else C)
+    # one pass over a dense C (or a sparse C's entries): finite and max |C|, and for a
+    # C-ordered C its columns' sums of squares (the design form's ||c_j||^2)
+    c_stats = column_stats(C) if not c_kind.sparse else None
+    if c_stats is None:
+        c_stats = host_float_stats(C.data if c_kind.sparse and not c_kind.on_device else C)
     if c_kind.dtype.kind == "f" and not c_kind.sparse:  # sparse: checked above
         v.check_finite_values(C, "C", finite=None if c_stats is None else c_stats[0])
     stats = host_float_stats(D)  # one pass over a dense D: finite, max |D|, ||D||^2
@@ -319,7 +330,7 @@ def prepare_design(C, D, penalty, x0, backend, *, c_order=None) -> DesignProblem
     _check_range(scaling, dtype, "max |D|^2", "max |D| / max |C|")
     return DesignProblem(
         backend=be,
-        design=Design(c, d, d_exp),
+        design=Design(c, d, d_exp, c_norms=_column_squares(c_stats, e_c)),
         dtype=dtype,
         scaling=scaling,
         penalty=scaled_penalty(penalty, scaling.x_exp, scaling.f_exp),
@@ -327,6 +338,13 @@ def prepare_design(C, D, penalty, x0, backend, *, c_order=None) -> DesignProblem
         user_like=_user_like(D, d_kind),
         one_problem=len(d_kind.shape) == 1,
     )
+
+
+def _column_squares(c_stats, e_c):
+    """||c_j||^2 of C 2^-e_c where the checks' pass found C's column sums of squares."""
+    if c_stats is None or np.ndim(c_stats[2]) != 1:
+        return None
+    return _scaled_squares(c_stats[1:], -e_c)
 
 
 #: Columns of D converted to float64 at a time by :func:`_gram_in_float64` (memory bound).

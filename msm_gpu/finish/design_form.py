@@ -131,7 +131,8 @@ def _host_design(problem):
     else:
         c = np.asarray(to_host(c), dtype=np.float64)
     d = problem.design.d_columns(np, 0, problem.design.d_kind.n_cols)
-    return c, d, _column_norms_squared(c)
+    norms = problem.design.c_norms  # found by the input checks' pass over C, if any
+    return c, d, (_column_norms_squared(c) if norms is None else norms)
 
 
 def _solve_exact(problem, options, started, gram_fallback):
