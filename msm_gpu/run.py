@@ -17,7 +17,6 @@ from ._input.memory import check_max_memory
 from ._input.problem import gram_problem, prepare_design, prepare_solve, user_outcome
 from .arrays import aligned_empty, is_cupy, is_sparse, to_host
 from .finish.design_form import (
-    DESIGN_PASSES,
     check_representation,
     choose_representation,
     design_applies,
@@ -288,20 +287,22 @@ def _columns(c) -> int:
     return int(shape[1]) if shape is not None and len(shape) == 2 else 1
 
 
-def _design_likely(C, D) -> bool:
-    """The shape rule of :func:`choose_representation` before C is checked: a hint for
-    the layout of C's copy only (a wrong guess costs a slower copy, never an answer)."""
-    m, n = _rows(C), _columns(C)
-    return n > m or _columns(D) * DESIGN_PASSES < n
-
-
 def _least_squares_whole(
     C, D, penalty, x0, backend, representation, options, user_options, started=None
 ):
     """One in-memory least-squares solve of all the columns of D at once."""
     started = time.perf_counter() if started is None else started
-    expected = representation == "design" or (representation == "auto" and _design_likely(C, D))
-    base = prepare_design(C, D, penalty, x0, backend, c_order="F" if expected else None)
+    # the choice by shape alone, before C is checked: a hint for the layout of C's copy
+    # (a wrong guess costs a slower copy, never an answer; the choice below may refuse)
+    expected = choose_representation(
+        representation,
+        (_rows(C), _columns(C)),
+        is_sparse(C),
+        _columns(D),
+        None,
+        exact_road(options, penalty),
+    )
+    base = prepare_design(C, D, penalty, x0, backend, c_order="F" if expected == "design" else None)
     c_kind = base.design.c_kind
     why_not = design_applies(options, penalty, base.backend.on_host)
     form = choose_representation(

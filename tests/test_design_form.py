@@ -189,3 +189,30 @@ def test_column_norms_from_the_input_checks_pass():
         res = mg.least_squares(cs, d, mg.L1(0.1 * scale), representation="design")
         ref = mg.least_squares(c, d, mg.L1(0.1), representation="gram")
         np.testing.assert_allclose(res.x * scale, ref.x, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("penalty", [mg.NonNeg(), mg.L1(0.3), mg.Box(-0.5, 0.2)], ids=repr)
+def test_end_of_run_products_on_a_sparse_c_match_the_gram_form(penalty):
+    # F and the KKT residual the design form reports, from C x over x's nonzero rows and
+    # C'[C x, d] in one pass over a CSC C: against A = C'C formed densely (objective.py)
+    from msm_gpu.finish.design_form import _kkt_design, _objective_and_kkt
+    from msm_gpu.finish.objective import kkt_residual
+
+    rng = np.random.default_rng(7)
+    c = scipy.sparse.random(70, 120, density=0.05, format="csc", random_state=3)
+    c.data = rng.standard_normal(c.nnz)
+    d = rng.standard_normal((70, 4))
+    x = np.clip(rng.standard_normal((120, 4)), -0.5, 0.2)
+    x[rng.uniform(size=x.shape) < 0.7] = 0.0  # sparse, and one column all zero
+    x[:, 2] = 0.0
+    dense = c.toarray()
+    norms = np.sum(dense * dense, axis=0)
+    a, r = dense.T @ dense, -dense.T @ d
+    f, kkt = _objective_and_kkt(c, d, norms, x, penalty, np.array([0, 2, 3]))
+    res = dense @ x - d
+    f_ref = 0.5 * np.sum(res * res, axis=0) + np.sum(penalty.value(x), axis=0)
+    kkt_ref = kkt_residual(a, r, x, penalty)
+    np.testing.assert_allclose(f, f_ref, rtol=1e-13)
+    np.testing.assert_allclose(kkt, kkt_ref[[0, 2, 3]], rtol=1e-10)
+    np.testing.assert_allclose(_kkt_design(c, d, norms, x, penalty), kkt_ref, rtol=1e-10)
+    np.testing.assert_allclose(_kkt_design(dense, d, norms, x, penalty), kkt_ref, rtol=1e-10)

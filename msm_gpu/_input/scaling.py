@@ -56,8 +56,8 @@ def ldexp(x, e: int):
 
 def scaled_dense_copy(be, x, dtype, e: int, order=None):
     """``x * 2^e`` as a new dense array of backend ``be`` in ``dtype`` (x dense; never x
-    itself); ``order="F"``: column-contiguous on the host (a wide C, whose columns the
-    design form reads in place: one copy serves it and the products).
+    itself); ``order="F"``: column-contiguous on the host (a C whose columns the design
+    form reads in place: one copy serves it and the products).
 
     A NumPy x on the CPU backend is converted and scaled in one pass into one fresh array:
     a copy and then a scaled copy write two, each paying its page faults

@@ -369,26 +369,41 @@ def _objective_and_kkt(c, d, norms, x, penalty, cols):
     """F per column (as :meth:`Design.objective` computes it: 1/2 ||C x - d||^2 + h(x))
     and the KKT residual of :func:`_kkt_design` for the columns ``cols``, from one
     product C x for both."""
-    sparse = is_sparse(c)
-    if sparse:  # x is sparse too: only its nonzero rows' columns of C are read
-        cx = np.zeros(d.shape)
-        _csc_times(c.indptr, c.indices, c.data, np.ascontiguousarray(x), cx)
-    else:
-        cx = np.asarray(c @ x)
+    cx = _times(c, x)
     res = cx - d
     f = 0.5 * np.sum(res * res, axis=0) + np.sum(penalty.value(x), axis=0)
-    k = cols.size
-    if not k:
+    if not cols.size:
         return f, np.empty(0)
-    if sparse:  # C'(C x) and C'd in one pass over C
-        ax, ctd = np.empty((x.shape[0], k)), np.empty((x.shape[0], k))
-        u, v = (np.ascontiguousarray(w[:, cols]) for w in (cx, d))
+    return f, _kkt_from_cx(c, cx[:, cols], d[:, cols], norms, x[:, cols], penalty)
+
+
+def _kkt_design(c, d, norms, x, penalty):
+    """The relative KKT residual of :func:`msm_gpu.finish.objective.kkt_residual` from C: A x =
+    C'(C x), r = -C'd, diag A = ||c_j||^2 (no n x n product)."""
+    return _kkt_from_cx(c, _times(c, x), d, norms, x, penalty)
+
+
+def _times(c, x):
+    """C x (host, float64); for a sparse C only the columns where x has a nonzero row (the
+    design form's x is sparse too)."""
+    if not is_sparse(c):
+        return np.asarray(c @ x)
+    cx = np.zeros((c.shape[0], x.shape[1]))
+    _csc_times(c.indptr, c.indices, c.data, np.ascontiguousarray(x), cx)
+    return cx
+
+
+def _kkt_from_cx(c, cx, d, norms, x, penalty):
+    """The KKT residual per column from C x: A x = C'(C x) and r = -C'd."""
+    if is_sparse(c):  # C'(C x) and C'd in one pass over C
+        ax, ctd = np.empty(x.shape), np.empty(x.shape)
+        u, v = (np.ascontiguousarray(w, dtype=np.float64) for w in (cx, d))
         _csc_dots(c.indptr, c.indices, c.data, u, v, ax, ctd)
     else:
         # two thin products, not one with 2k columns: BLAS packs a GEMM's operands (a
         # GEMV per column is several times faster for k = 1)
-        ax, ctd = np.asarray(c.T @ cx[:, cols]), np.asarray(c.T @ d[:, cols])
-    return f, kkt_residual_from(np, ax, -ctd, norms, x[:, cols], penalty)
+        ax, ctd = np.asarray(c.T @ cx), np.asarray(c.T @ d)
+    return kkt_residual_from(np, ax, -ctd, norms, x, penalty)
 
 
 @njit(nogil=True)
@@ -422,13 +437,3 @@ def _csc_dots(indptr, indices, data, u, v, out_u, out_v):
                 sv += w * v[i, col]
             out_u[j, col] = su
             out_v[j, col] = sv
-
-
-def _kkt_design(c, d, norms, x, penalty):
-    """The relative KKT residual of :func:`msm_gpu.finish.objective.kkt_residual` from C: A x =
-    C'(C x), r = -C'd, diag A = ||c_j||^2 (no n x n product)."""
-    from ..arrays import namespace
-
-    ax = np.asarray(c.T @ (c @ x))
-    r = -np.asarray(c.T @ d)
-    return kkt_residual_from(namespace(x), ax, r, norms, x, penalty)
