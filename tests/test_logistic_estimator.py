@@ -101,7 +101,7 @@ def test_estimator_bad_input():
         mg.SparseLogisticRegression().fit(x, np.ones(30))
     with pytest.raises(ValueError, match="y must be 1-D"):
         mg.SparseLogisticRegression().fit(x, np.ones((30, 2)))
-    with pytest.raises(ValueError, match="Y must have 30 rows"):
+    with pytest.raises(ValueError, match="y must have one label per row of X"):
         mg.SparseLogisticRegression().fit(x, y[:10])
     model = mg.SparseLogisticRegression().fit(x, y)
     with pytest.raises(ValueError, match="features"):

@@ -41,10 +41,7 @@ from sklearn.utils.estimator_checks import (  # noqa: E402 (after the version ga
 #: except where a default cannot work on the checks' tiny data:
 CHECKED = {
     "NMF": mg.NMF(),
-    # alpha weights the *mean* loss (LogisticRegression's C = 1 / (alpha m)): the default
-    # alpha = 1 zeroes every coefficient on the checks' data, below the accuracy that
-    # check_classifiers_train asks of a classifier.
-    "SparseLogisticRegression": mg.SparseLogisticRegression(alpha=0.01),
+    "SparseLogisticRegression": mg.SparseLogisticRegression(),
     # The default dict_init="dct" needs n_features and n_components perfect squares (the
     # checks' data have 2 to 10 features), and 256 atoms for them only cost time.
     "L0DictionaryLearning": mg.L0DictionaryLearning(n_components=4, dict_init="random"),
