@@ -50,7 +50,10 @@ def plan(rhs, *, n, m, max_memory, on_device) -> BlockPlan | None:
     if max_memory is None and memory.fits_without_asking(n_cols, per_column):
         return BlockPlan(n_cols, n_cols, memory.SMALL_BATCH_BYTES, per_column)
     budget = memory.workspace_budget(max_memory, on_device)
-    return BlockPlan(n_cols, memory.block_columns(n_cols, per_column, budget), budget, per_column)
+    # a default split keeps GEMM-wide blocks; a budget the user set is obeyed to the column
+    min_width = memory.MIN_BLOCK_COLUMNS if max_memory is None else 1
+    width = memory.block_columns(n_cols, per_column, budget, min_width)
+    return BlockPlan(n_cols, width, budget, per_column)
 
 
 def solve_in_blocks(solve_block, rhs, x0, block_plan, *, options, method) -> SolveResult:

@@ -49,12 +49,34 @@ def test_block_width_follows_the_budget():
     assert memory.block_columns(50, per_column, 1) == 1  # never below one
 
 
-def test_default_budget_is_capped_by_free_memory(monkeypatch):
+def test_default_budget_is_a_share_of_free_memory(monkeypatch):
     monkeypatch.setattr(memory, "free_host_bytes", lambda: 40 * 2**20)
     assert memory.workspace_budget(None, on_device=False) == 10 * 2**20
+    monkeypatch.setattr(memory, "free_host_bytes", lambda: 64 * 2**30)
+    assert memory.workspace_budget(None, on_device=False) == 16 * 2**30  # no fixed cap
     monkeypatch.setattr(memory, "free_host_bytes", lambda: None)
     assert memory.workspace_budget(None, on_device=False) == memory.DEFAULT_WORKSPACE_BYTES
     assert memory.workspace_budget(12345, on_device=False) == 12345
+
+
+def test_a_problem_that_fits_comfortably_is_one_block(monkeypatch):
+    # the unmixing shape of the README's table: C 200 x 20, 100 000 right-hand sides, about
+    # 100 MB of workspace, on a machine with 8 GiB free: one block (it was five)
+    monkeypatch.setattr(memory, "free_host_bytes", lambda: 8 * 2**30)
+    p = column_blocks.plan(np.empty((200, 100_000)), n=20, m=200, max_memory=None, on_device=False)
+    assert p.n_blocks == 1
+
+
+def test_a_default_split_keeps_gemm_wide_blocks(monkeypatch):
+    # little memory free: the default still cuts blocks of MIN_BLOCK_COLUMNS or more, while
+    # a budget the user sets is obeyed to the column
+    monkeypatch.setattr(memory, "free_host_bytes", lambda: 2**20)
+    rhs = np.empty((200, 10_000))
+    p = column_blocks.plan(rhs, n=20, m=200, max_memory=None, on_device=False)
+    assert p.width == memory.MIN_BLOCK_COLUMNS and p.n_blocks > 1
+    per_column = memory.column_bytes(20, 200, 8)
+    p = column_blocks.plan(rhs, n=20, m=200, max_memory=10 * per_column, on_device=False)
+    assert p.width == 10
 
 
 def test_free_host_memory_is_read():

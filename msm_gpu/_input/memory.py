@@ -3,8 +3,12 @@
 Columns are independent problems, so a batch larger than memory allows is solved as a
 sequence of column blocks (:mod:`msm_gpu.column_blocks`).  A block's size comes from the
 workspace one column costs on the road that solves it and from a budget: ``max_memory``
-when the user sets it, else :data:`DEFAULT_WORKSPACE_BYTES` (host) or
-:data:`DEFAULT_DEVICE_WORKSPACE_BYTES` (GPU) capped by a quarter of the free memory.
+when the user sets it, else a share (:data:`FREE_SHARE`) of the memory the host or the
+device has free: a batch whose whole workspace fits there comfortably is one block (a
+split costs GEMM efficiency and per-block work, and buys nothing when memory is at
+hand).  Where the free memory cannot be read, :data:`DEFAULT_WORKSPACE_BYTES` (host) or
+:data:`DEFAULT_DEVICE_WORKSPACE_BYTES` (GPU).  A default split keeps blocks at least
+:data:`MIN_BLOCK_COLUMNS` wide, so that each block's products stay GEMMs, not GEMVs.
 """
 
 from __future__ import annotations
@@ -13,14 +17,18 @@ import os
 
 from . import validation as v
 
-#: Default workspace of one block: large enough that per-call costs are noise (tens of
-#: thousands of columns at n = 20), small beside the answer of a big batch.
-DEFAULT_WORKSPACE_BYTES = 256 * 2**20
-#: On a GPU a block should hold enough columns to fill the device and pay its launches
-#: and synchronisations rarely: a larger default, still capped by the free memory.
+#: Workspace of one block where the free memory is unknown (host): large enough that
+#: per-block costs are noise (tens of thousands of columns at n = 20).
+DEFAULT_WORKSPACE_BYTES = 2**30
+#: The same on a GPU whose free memory cannot be read.
 DEFAULT_DEVICE_WORKSPACE_BYTES = 2**30
-#: Share of the free memory one block may take by default.
+#: Share of the free memory one block may take by default: the rest is left to the
+#: answer (as large as the batch), the user's own arrays and other processes.
 FREE_SHARE = 0.25
+#: Narrowest block of a default split: below a few hundred columns the sweeps' and the
+#: finish's products turn from GEMMs into memory-bound thin products, and per-block costs
+#: (the start objective, the result) stop being noise.
+MIN_BLOCK_COLUMNS = 512
 #: Workspace per column, in units of n and m working words: the rescaled R, the iterate,
 #: the finish's per-column arrays and its copies of x (about 11 n words measured with
 #: tracemalloc on the CPU roads), and for least squares the column of D and its rescaled
@@ -70,14 +78,14 @@ def free_device_bytes() -> int | None:
 
 
 def workspace_budget(max_memory, on_device: bool) -> int:
-    """Bytes one block may use: ``max_memory``, else the default capped by free memory."""
+    """Bytes one block may use: ``max_memory``, else :data:`FREE_SHARE` of the free memory
+    (the fixed default where it cannot be read)."""
     if max_memory is not None:
         return int(max_memory)
-    default = DEFAULT_DEVICE_WORKSPACE_BYTES if on_device else DEFAULT_WORKSPACE_BYTES
     free = free_device_bytes() if on_device else free_host_bytes()
     if free is None:
-        return default
-    return max(1, min(default, int(FREE_SHARE * free)))
+        return DEFAULT_DEVICE_WORKSPACE_BYTES if on_device else DEFAULT_WORKSPACE_BYTES
+    return max(1, int(FREE_SHARE * free))
 
 
 def column_bytes(n: int, m: int, itemsize: int) -> int:
@@ -91,6 +99,8 @@ def fits_without_asking(n_cols: int, per_column: int) -> bool:
     return int(n_cols) * int(per_column) <= SMALL_BATCH_BYTES
 
 
-def block_columns(n_cols: int, per_column: int, budget: int) -> int:
-    """Columns per block: as many as the budget holds, at least one, at most all."""
-    return int(max(1, min(int(n_cols), budget // max(int(per_column), 1))))
+def block_columns(n_cols: int, per_column: int, budget: int, min_width: int = 1) -> int:
+    """Columns per block: as many as the budget holds, at least ``min_width`` (and one),
+    at most all."""
+    width = max(int(min_width), 1, budget // max(int(per_column), 1))
+    return int(min(int(n_cols), width))
