@@ -37,6 +37,9 @@ class Design:
         The columns of D this design stands for (:meth:`columns`); None: all of them.
     c_norms : (n,) float64 ndarray or None
         ||c_j||^2 of the rescaled C, where the input checks' pass over C found them.
+    d_squares : (r,) float64 ndarray or None
+        ||d_j||^2 of every column of D in internal units (D 2^-d_exp), where the input
+        checks' pass over D found them: F at x = 0 without a pass over D.
     """
 
     c: object
@@ -44,6 +47,7 @@ class Design:
     d_exp: int = 0
     cols: object = None
     c_norms: object = None
+    d_squares: object = None
 
     @cached_property
     def c_kind(self) -> ArrayKind:
@@ -84,28 +88,89 @@ class Design:
         xp = module_of(x)
         x64 = xp.astype(x, xp.float64, copy=False)
         k = x.shape[1]
-        f = xp.empty((k,), dtype=xp.float64)
-        d_norm = xp.empty((k,), dtype=xp.float64)
+        res_sq = xp.empty((k,), dtype=xp.float64)
+        d_sq = xp.empty((k,), dtype=xp.float64)
         c64 = self._c64
-        m = self.c.shape[0]
-        step = max(1, BLOCK_ENTRIES // max(m, 1))
+        step = max(1, BLOCK_ENTRIES // max(self.c.shape[0], 1))
         zero = not bool(xp.any(x64 != 0))
-        if cols is not None:
-            cols = np.asarray(to_host(cols))
-            cols = cols if self.cols is None else self.cols[cols]
-        else:
-            cols = self.cols
+        cols = self._own_columns(cols)
         for start in range(0, k, step):
             stop = min(start + step, k)
+            cx = None if zero else c64 @ x64[:, start:stop]
+            res_sq[start:stop], d_sq[start:stop] = self._squares(xp, cx, start, stop, cols)
+        return self._with_penalty(xp, penalty, x, x64, 0.5 * res_sq, d_sq)
+
+    def objective_at_zero(self, penalty, cols=None):
+        """:meth:`objective` of x = 0 (a cold start): 1/2 ||d||^2 + h(0) per column, with no
+        product of C; from the column norms the input checks found, where they did."""
+        xp = module_of(self.d) if not self.d_kind.sparse else np
+        cols = self._own_columns(cols)
+        k = self._n_columns(cols)
+        x = xp.zeros((self.c.shape[1], 1), dtype=xp.float64)
+        if self.d_squares is not None:
+            d_sq = self.d_squares if cols is None else self.d_squares[cols]
+            d_sq = xp.asarray(d_sq, dtype=xp.float64)
+        else:
+            d_sq = xp.empty((k,), dtype=xp.float64)
+            step = max(1, BLOCK_ENTRIES // max(self.c.shape[0], 1))
+            for start in range(0, k, step):
+                stop = min(start + step, k)
+                d_sq[start:stop] = self._squares(xp, None, start, stop, cols)[1]
+        f, allowance = self._with_penalty(xp, penalty, x, x, 0.5 * d_sq, d_sq)
+        return xp.broadcast_to(f, (k,)), xp.broadcast_to(allowance, (k,))
+
+    def _own_columns(self, cols):
+        """``cols`` (relative to this design) as columns of the whole D, or self.cols."""
+        if cols is None:
+            return self.cols
+        cols = np.asarray(to_host(cols))
+        return cols if self.cols is None else self.cols[cols]
+
+    def _n_columns(self, cols):
+        if cols is not None:
+            return len(cols)
+        return self.d.shape[1] if len(self.d.shape) == 2 else 1
+
+    def _squares(self, xp, cx, start, stop, cols):
+        """||C x - d||^2 (||d||^2 where ``cx`` is None: x = 0) and ||d||^2 of the columns
+        start..stop, in internal units; ``cx`` = C x of those columns (float64)."""
+        d = self.d
+        host = isinstance(d, np.ndarray) and isinstance(cx, (np.ndarray, type(None)))
+        if not host:  # sparse or device D: the float64 block (a copy either way)
             db = self.d_columns(xp, start, stop, cols)
-            d_norm[start:stop] = xp.linalg.vector_norm(db, axis=0)
-            res = -db if zero else c64 @ x64[:, start:stop] - db
-            f[start:stop] = 0.5 * xp.sum(res * res, axis=0)
+            d_sq = xp.sum(db * db, axis=0)
+            if cx is None:
+                return d_sq, d_sq
+            res = cx - db
+            return xp.sum(res * res, axis=0), d_sq
+        # a host dense D is read where it lies (a view; no float64 copy): the residual is
+        # formed in D's units, C x times 2^d_exp (a power of two: exact), in place
+        block = self._d_view(start, stop, cols)
+        unit = 2.0 ** (-2 * self.d_exp)  # a squared norm of D in internal units
+        if self.d_squares is not None:
+            d_sq = self.d_squares[start:stop] if cols is None else self.d_squares[cols[start:stop]]
+        else:
+            d_sq = np.einsum("ij,ij->j", block, block, dtype=np.float64) * unit
+        if cx is None:
+            return d_sq, d_sq
+        if self.d_exp:
+            cx *= 2.0**self.d_exp
+        np.subtract(cx, block, out=cx)
+        return np.einsum("ij,ij->j", cx, cx) * unit, d_sq
+
+    def _d_view(self, start, stop, cols):
+        """Columns start..stop of a host dense D (of D[:, cols]) as they are stored."""
+        d = self.d if self.d.ndim == 2 else self.d.reshape(-1, 1)
+        return d[:, start:stop] if cols is None else d[:, cols[start:stop]]
+
+    @staticmethod
+    def _with_penalty(xp, penalty, x, x64, half_res_sq, d_sq):
+        """F = 1/2 ||C x - d||^2 + h(x) and its rounding allowance, per column."""
         h = _penalty_value(xp, penalty, x, x64)
-        h_cols = xp.sum(h, axis=0)
         eps = np.finfo(np.float64).eps
-        allowance = 4 * eps * (f + d_norm * xp.sqrt(2 * f) + xp.sum(xp.abs(h), axis=0))
-        return f + h_cols, allowance
+        size = xp.sqrt(d_sq) * xp.sqrt(2 * half_res_sq) + xp.sum(xp.abs(h), axis=0)
+        allowance = 4 * eps * (half_res_sq + size)
+        return half_res_sq + xp.sum(h, axis=0), allowance
 
     @cached_property
     def _c64(self):

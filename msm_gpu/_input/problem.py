@@ -279,7 +279,10 @@ def prepare_design(C, D, penalty, x0, backend, *, c_order=None) -> DesignProblem
         c_stats = host_float_stats(C.data if c_kind.sparse and not c_kind.on_device else C)
     if c_kind.dtype.kind == "f" and not c_kind.sparse:  # sparse: checked above
         v.check_finite_values(C, "C", finite=None if c_stats is None else c_stats[0])
-    stats = host_float_stats(D)  # one pass over a dense D: finite, max |D|, ||D||^2
+    # one pass over a dense D: finite, max |D| and its columns' sums of squares (F at a cold
+    # start, with no pass over D later), or ||D||^2 alone where D is not C-ordered
+    d_stats = column_stats(D) if not d_kind.sparse else None
+    stats = host_float_stats(D) if d_stats is None else (*d_stats[:2], float(d_stats[2].sum()))
     if d_kind.dtype.kind == "f" and not d_kind.sparse:  # sparse: checked above
         v.check_finite_values(D, "D", finite=None if stats is None else stats[0])
     if D.shape[0] != C.shape[0]:
@@ -330,7 +333,13 @@ def prepare_design(C, D, penalty, x0, backend, *, c_order=None) -> DesignProblem
     _check_range(scaling, dtype, "max |D|^2", "max |D| / max |C|")
     return DesignProblem(
         backend=be,
-        design=Design(c, d, d_exp, c_norms=_column_squares(c_stats, e_c)),
+        design=Design(
+            c,
+            d,
+            d_exp,
+            c_norms=_column_squares(c_stats, e_c),
+            d_squares=_column_squares(d_stats, e_d),
+        ),
         dtype=dtype,
         scaling=scaling,
         penalty=scaled_penalty(penalty, scaling.x_exp, scaling.f_exp),

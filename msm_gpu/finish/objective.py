@@ -103,7 +103,11 @@ def no_increase(xp, a, r, x_old, x_new, penalty, design=None):
     (where the Gram form is noise) cannot pass for a decrease.
     """
     if design is not None:
-        f_old, allowance = design.objective(x_old, penalty)
+        # F once per point, and a cold start's F (x = 0: 1/2 ||d||^2 + h(0)) from D's norms
+        cold = not bool(xp.any(x_old != 0))
+        f_old, allowance = (
+            design.objective_at_zero(penalty) if cold else design.objective(x_old, penalty)
+        )
         f_new, _ = design.objective(x_new, penalty)
         return f_new <= f_old + allowance, f_new
     f_old, err_old = objective_with_error(xp, a, r, x_old, penalty)
