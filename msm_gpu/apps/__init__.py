@@ -7,8 +7,9 @@ from .dictionaries import (
     reconstruct_from_patches,
     sample_patches,
 )
+from .dictionary_learning import L0DictionaryLearning
 from .nmf import NMF, nmf
-from .sparse_coding import L0DictionaryLearning, dictionary_step, sparse_code
+from .sparse_coding import dictionary_step, sparse_code
 
 __all__ = [
     "NMF",

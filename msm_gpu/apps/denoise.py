@@ -30,10 +30,10 @@ from .dictionaries import (
     reconstruct_from_patches,
     sample_patches,
 )
+from .dictionary_learning import L0DictionaryLearning
 from .sparse_coding import (
     LAM_PER_SIGMA2,
     OMP_NOISE_GAIN,
-    L0DictionaryLearning,
     _initial_codes,
     l0_sweeps,
     omp,

@@ -1,4 +1,4 @@
-"""l0 sparse coding and l0 dictionary learning with the Matrix Splitting Method.
+"""l0 sparse coding with the Matrix Splitting Method, and the steps of dictionary learning.
 
 Problem (paper, section 5.2), with unit-norm atoms (the columns of ``D``)::
 
@@ -7,8 +7,9 @@ Problem (paper, section 5.2), with unit-norm atoms (the columns of ``D``)::
 The H-step for a fixed ``D`` is one batched l0 problem, one column per signal:
 ``A = D'D`` (unit diagonal, so MSM's defaults omega = 1, theta = 0.01 satisfy the
 nonconvex convergence condition) and ``R = -D'Y``; :func:`sparse_code` solves it with
-:func:`msm_gpu.solve`.  :class:`L0DictionaryLearning` alternates that H-step with a
-projected-gradient dictionary step onto unit-norm atoms (Bao, Ji, Quan and Shen 2016).
+:func:`msm_gpu.solve`.  :class:`~msm_gpu.L0DictionaryLearning`
+(``dictionary_learning.py``) alternates that H-step with a projected-gradient dictionary
+step onto unit-norm atoms (Bao, Ji, Quan and Shen 2016), :func:`dictionary_step`.
 
 Scale of ``lam``: the objective is in the units of ``Y`` squared, so ``lam`` scales with
 the square of the data.  The paper's values (5 ... 50000) refer to pixel values in
@@ -21,12 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from numbers import Integral, Real
+import warnings
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
-from sklearn.utils._param_validation import Interval
-from sklearn.utils.validation import check_is_fitted
 
 from .._api import solve
 from .._input import validation as v
@@ -34,23 +32,17 @@ from .._input.foreign import accepts_foreign_arrays
 from ..options import METHODS
 from ..penalties import L0
 from ..result import SolveResult
-from ._estimator import (
-    BACKEND_CONSTRAINT,
-    RANDOM_STATE_CONSTRAINT,
-    CaseInsensitiveStrOptions,
-    fit_context,
-    validate_X,
-)
 
 __all__ = [
     "LAM_PER_SIGMA2",
     "OMP_NOISE_GAIN",
-    "L0DictionaryLearning",
+    "coding_objective",
     "dictionary_step",
     "l0_objective",
     "l0_sweeps",
     "omp",
     "sparse_code",
+    "statistics_step",
 ]
 
 #: ``lam = LAM_PER_SIGMA2 * sigma**2`` is the default l0 weight for noise level sigma
@@ -69,11 +61,23 @@ OMP_NOISE_GAIN = 1.15
 # ----------------------------------------------------------------------------------
 
 
+def _refuse_sparse(x, name, what):
+    """A clear message for a SciPy / cupyx sparse matrix where dense data are needed."""
+    if hasattr(x, "tocsr") or type(x).__module__.startswith(("scipy.sparse", "cupyx")):
+        raise TypeError(
+            f"{name} is a sparse matrix ({type(x).__name__}); {what} needs dense data: "
+            f"pass {name}.toarray()"
+        )
+
+
 def _as_dictionary(D, name="D"):
+    _refuse_sparse(D, name, "sparse coding")
     d = np.asarray(D)
     if d.ndim != 2:
         raise ValueError(f"{name} must be a 2-D array (n_features, n_atoms), got shape {d.shape}")
-    if not np.issubdtype(d.dtype, np.number) or np.iscomplexobj(d):
+    if d.size == 0:
+        raise ValueError(f"{name} must not be empty, got shape {d.shape}")
+    if d.dtype.kind not in "biuf":
         raise TypeError(f"{name} must be a real numeric array, got dtype {d.dtype}")
     d = d.astype(np.float64)
     if not np.all(np.isfinite(d)):
@@ -89,18 +93,28 @@ def _as_dictionary(D, name="D"):
 
 
 def _as_signals(Y, m, name="Y"):
+    _refuse_sparse(Y, name, "sparse coding")
     y = np.asarray(Y)
-    if not np.issubdtype(y.dtype, np.number) or np.iscomplexobj(y):
+    if y.dtype.kind not in "biuf":
         raise TypeError(f"{name} must be a real numeric array, got dtype {y.dtype}")
     if y.ndim not in (1, 2) or y.shape[0] != m:
         raise ValueError(
             f"{name} must have shape ({m},) or ({m}, n_signals) to match the dictionary, "
             f"got {y.shape}"
         )
+    if y.ndim == 2 and y.shape[1] == 0:
+        raise ValueError(f"{name} must hold at least one signal (column), got shape {y.shape}")
     y = y.astype(np.float64)
     if not np.all(np.isfinite(y)):
         raise ValueError(f"{name} contains NaN or infinite values")
     return y
+
+
+def output_dtype(*arrays):
+    """float32 where every input is float32 (scikit-learn's dtype preservation), else
+    float64: the solvers compute in float64 and cast their answer to this."""
+    kinds = [np.asarray(a).dtype if not hasattr(a, "dtype") else a.dtype for a in arrays]
+    return np.float32 if kinds and all(k == np.float32 for k in kinds) else np.float64
 
 
 def _check_method(method, allowed=METHODS):
@@ -127,6 +141,13 @@ def l0_objective(D, Y, H, lam):
     """``1/2 ||Y - D H||_F^2 + lam ||H||_0`` (float)."""
     resid = np.asarray(Y) - np.asarray(D) @ np.asarray(H)
     return 0.5 * float(np.vdot(resid, resid)) + lam * float(np.count_nonzero(H))
+
+
+def coding_objective(D, Y, H, penalty):
+    """``1/2 ||Y - D H||_F^2 + sum h(H)`` for any penalty h (float; inf outside its
+    bounds)."""
+    resid = np.asarray(Y) - np.asarray(D) @ np.asarray(H)
+    return 0.5 * float(np.vdot(resid, resid)) + float(np.sum(penalty.value(np.asarray(H))))
 
 
 def omp(D, Y, *, n_nonzero_coefs=None, tol=None, gram=None):
@@ -183,7 +204,13 @@ def _initial_codes(init, d, y, lam, gram, omp_tol, omp_n_nonzero, rng):
         if key == "omp":
             if omp_tol is None and omp_n_nonzero is None:
                 omp_tol = default_omp_tol(lam, d.shape[0])
-            return omp(d, y, n_nonzero_coefs=omp_n_nonzero, tol=omp_tol, gram=gram)
+            with warnings.catch_warnings():
+                # a start: where the residual cannot reach omp_tol (dependent atoms, a
+                # signal the dictionary spans), scikit-learn's warning is not the user's
+                warnings.filterwarnings(
+                    "ignore", "Orthogonal matching pursuit ended", RuntimeWarning
+                )
+                return omp(d, y, n_nonzero_coefs=omp_n_nonzero, tol=omp_tol, gram=gram)
         raise ValueError(f"init must be 'zeros', 'random', 'omp' or an array, got {init!r}")
     h0 = np.asarray(init, dtype=np.float64)
     if h0.shape != shape:
@@ -193,16 +220,30 @@ def _initial_codes(init, d, y, lam, gram, omp_tol, omp_n_nonzero, rng):
     return h0
 
 
-def solve_h(A, R, lam, *, method="msm", x0=None, max_iter=20, tol=1e-4, backend="auto", **opts):
+def solve_h(
+    A,
+    R,
+    lam,
+    *,
+    method="msm",
+    x0=None,
+    max_iter=20,
+    tol=1e-4,
+    backend="auto",
+    penalty=None,
+    **opts,
+):
     """The l0 H-step ``min_H 1/2 tr(H'AH) + tr(H'R) + lam ||H||_0`` by MSM or a baseline.
 
-    Thin wrapper of :func:`msm_gpu.solve` with ``L0(lam)`` and ``method`` one of "msm",
-    "pgm", "pgm_ls", "apg", "apg_ls".
+    Thin wrapper of :func:`msm_gpu.solve` with ``L0(lam)`` (or ``penalty``, when given:
+    nonnegative l0, l1 codes) and ``method`` one of "msm", "pgm", "pgm_ls", "apg",
+    "apg_ls".
     """
     method = _check_method(method)
     opts.setdefault("finish", None)  # the paper's MSM H-step (no support polish, issue 9)
+    pen = L0(lam) if penalty is None else penalty
     return solve(
-        A, R, L0(lam), x0=x0, max_iter=max_iter, tol=tol, backend=backend, method=method, **opts
+        A, R, pen, x0=x0, max_iter=max_iter, tol=tol, backend=backend, method=method, **opts
     )
 
 
@@ -333,7 +374,8 @@ def sparse_code(
     Returns
     -------
     SolveResult
-        ``x`` holds the codes H, shape (k,) or (k, N); ``fun`` and ``objective`` are the
+        ``x`` holds the codes H, shape (k,) or (k, N) (float32 when D and Y are both
+        float32, else float64; computed in float64); ``fun`` and ``objective`` are the
         full objective ``1/2 ||Y - DH||^2 + lam ||H||_0`` (the constant 1/2 ||Y||^2
         included).  ``info["init_time"]`` is the time spent in the initialisation.
 
@@ -351,6 +393,7 @@ def sparse_code(
     method = _check_method(method)
     d = _as_dictionary(D)
     y = _as_signals(Y, d.shape[0])
+    dtype = output_dtype(D, Y)
     rng = np.random.default_rng(random_state)
     gram = d.T @ d
     gram = 0.5 * (gram + gram.T)
@@ -367,6 +410,7 @@ def sparse_code(
     info["lam"] = lam
     return dataclasses.replace(
         res,
+        x=np.asarray(res.x).astype(dtype, copy=False),
         fun=res.fun + const,
         objective=np.asarray(res.objective) + const,
         time=time.perf_counter() - started,
@@ -388,11 +432,12 @@ def _largest_eigenvalue(s):
     return float(eigh(s, eigvals_only=True, subset_by_index=[n - 1, n - 1])[0])
 
 
-def dictionary_step(D, Y, H, n_steps=1):
+def dictionary_step(D, Y, H, n_steps=1, *, positive=False):
     """Projected gradient steps on ``1/2 ||Y - DH||^2`` over unit-norm atoms (Bao et al.).
 
     ``D <- P(D - (D H H' - Y H') / L)`` with ``L = ||H H'||_2`` (the Lipschitz constant of
-    the gradient in D) and P the column-wise projection onto the unit sphere.  An atom
+    the gradient in D) and P the column-wise projection onto the unit sphere (with
+    ``positive``: onto its nonnegative part, negative entries set to 0 first).  An atom
     that the step sends to zero keeps its previous value; atoms that no signal uses do
     not move.
 
@@ -403,6 +448,8 @@ def dictionary_step(D, Y, H, n_steps=1):
     Y : (m, N) array
     H : (k, N) array
     n_steps : int
+    positive : bool
+        Keep the atoms nonnegative.
 
     Returns
     -------
@@ -424,285 +471,26 @@ def dictionary_step(D, Y, H, n_steps=1):
     else:
         hht = hu @ hu.T
         yht = y @ hu.T
-    lip = _largest_eigenvalue(hht)
-    if lip <= 0:
-        return d
-    du = d[:, used]
-    for _ in range(int(n_steps)):
-        g = du @ hht - yht
-        cand = du - g / lip
-        norms = np.linalg.norm(cand, axis=0)
-        ok = norms > 1e-12
-        du = np.where(ok, cand / np.where(ok, norms, 1.0), du)
-    d[:, used] = du
+    d[:, used] = statistics_step(d[:, used], hht, yht, n_steps, positive=positive)
     return d
 
 
-# ----------------------------------------------------------------------------------
-# estimator
-# ----------------------------------------------------------------------------------
+def statistics_step(D, HHt, YHt, n_steps=1, *, positive=False):
+    """:func:`dictionary_step` from the products ``H H'`` (k x k) and ``Y H'`` (m x k).
 
-
-class L0DictionaryLearning(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
-    """l0 dictionary learning by alternating minimisation (MSM or PGM H-steps).
-
-    Minimises ``1/2 ||Y - D H||_F^2 + lam ||H||_0`` over unit-norm atoms D and codes H.
-    Each outer iteration runs ``h_iter`` iterations of the H-step (:func:`sparse_code`,
-    warm-started) and ``d_iter`` projected-gradient dictionary steps
-    (:func:`dictionary_step`, Bao et al. 2016).
-
-    Follows scikit-learn's conventions: ``fit(X)`` takes X of shape
-    ``(n_samples, n_features)`` (one signal, e.g. a flattened patch, per row) and
-    ``components_`` has shape ``(n_components, n_features)`` (one atom per row).
-    ``dictionary_`` is the same dictionary with atoms as columns, ready for
-    :func:`sparse_code`.
-
-    Parameters
-    ----------
-    n_components : int
-        Number of atoms k.
-    lam : float
-        l0 weight in the units of X squared (paper's scale: pixels in [0, 255]).
-    n_iter : int
-        Outer (alternating) iterations.
-    init : {"omp", "zeros", "random"} or array (n_samples, n_components)
-        Initial codes (``"random"``: standard normal entries, as in the paper).
-    method : {"msm", "pgm", "pgm_ls", "apg", "apg_ls"}
-        H-step solver.
-    dict_init : {"dct", "random", "data"} or array (n_components, n_features)
-        Initial dictionary: overcomplete DCT (needs n_features and n_components perfect
-        squares), Gaussian, or randomly chosen (normalised) signals.
-    h_iter : int
-        H-step iterations per outer iteration.
-    d_iter : int
-        Dictionary steps per outer iteration.
-    tol : float
-        Tolerance of the H-step solver (its per-signal stopping rule).  0: every signal
-        gets all ``h_iter`` iterations; with ``method="msm"`` the H-step is then
-        :func:`l0_sweeps` (the sweeps alone, sparse on the CPU).
-    omp_tol, omp_n_nonzero : optional
-        Stopping rule of ``init="omp"`` (see :func:`sparse_code`).
-    random_state : int, Generator or None
-    backend : {"auto", "cpu", "cuda"}
-    verbose : bool
-        Show a progress bar with the objective.
-
-    Attributes
-    ----------
-    components_ : ndarray (n_components, n_features)
-    dictionary_ : ndarray (n_features, n_components)
-    codes_ : ndarray (n_components, n_samples)
-        Codes of the training signals after the last H-step.
-    objective_ : ndarray
-        Objective after initialisation and after every outer iteration.
-    n_iter_ : int
-    n_features_in_ : int
-    feature_names_in_ : ndarray of str
-        Column names of ``X``, when it was a DataFrame with string column names.
-    timings_ : dict
-        Seconds in "init", "h_step" and "d_step".
-
-    Examples
-    --------
-    >>> import numpy as np, msm_gpu as mg
-    >>> X = np.random.default_rng(0).standard_normal((200, 16))
-    >>> model = mg.L0DictionaryLearning(n_components=16, lam=0.5, n_iter=3).fit(X)
-    >>> model.components_.shape, bool(model.objective_[-1] <= model.objective_[0])
-    ((16, 16), True)
+    The gradient of ``1/2 ||Y - DH||^2`` in D is ``D H H' - Y H'``, so these two products
+    are all a step needs: the online (streaming) learner of Mairal et al. (2009)
+    accumulates them over the batches.  Returns a new (m, k) array.
     """
-
-    # Checked by scikit-learn's ``_fit_context`` when fit starts; array values of init
-    # and dict_init (shapes, finite, nonzero atoms) are checked where they are used.
-    _parameter_constraints: dict = {
-        "n_components": [Interval(Integral, 1, None, closed="left")],
-        "lam": [Interval(Real, 0, None, closed="left")],
-        "n_iter": [Interval(Integral, 0, None, closed="left")],
-        "init": [CaseInsensitiveStrOptions({"omp", "zeros", "random"}), "array-like"],
-        "method": [CaseInsensitiveStrOptions(set(METHODS))],
-        "dict_init": [CaseInsensitiveStrOptions({"dct", "random", "data"}), "array-like"],
-        "h_iter": [Interval(Integral, 1, None, closed="left")],
-        "d_iter": [Interval(Integral, 0, None, closed="left")],
-        "tol": [Interval(Real, 0, None, closed="left")],
-        "omp_tol": [Interval(Real, 0, None, closed="left"), None],
-        "omp_n_nonzero": [Interval(Integral, 1, None, closed="left"), None],
-        "random_state": RANDOM_STATE_CONSTRAINT,
-        "backend": BACKEND_CONSTRAINT,
-        "verbose": ["verbose"],
-    }
-
-    def __init__(
-        self,
-        n_components=256,
-        lam=1.0,
-        n_iter=10,
-        *,
-        init="omp",
-        method="msm",
-        dict_init="dct",
-        h_iter=5,
-        d_iter=1,
-        tol=1e-4,
-        omp_tol=None,
-        omp_n_nonzero=None,
-        random_state=None,
-        backend="auto",
-        verbose=False,
-    ):
-        self.n_components = n_components
-        self.lam = lam
-        self.n_iter = n_iter
-        self.init = init
-        self.method = method
-        self.dict_init = dict_init
-        self.h_iter = h_iter
-        self.d_iter = d_iter
-        self.tol = tol
-        self.omp_tol = omp_tol
-        self.omp_n_nonzero = omp_n_nonzero
-        self.random_state = random_state
-        self.backend = backend
-        self.verbose = verbose
-
-    @property
-    def dictionary_(self):
-        """The learned dictionary with atoms as columns, shape (n_features, n_components)."""
-        check_is_fitted(self, "components_")  # NotFittedError, an AttributeError too
-        return self.components_.T
-
-    def _initial_dictionary(self, m, rng, y):
-        k = int(self.n_components)
-        init = self.dict_init
-        if isinstance(init, str):
-            key = init.lower()
-            if key == "dct":
-                from .dictionaries import overcomplete_dct
-
-                p = int(round(np.sqrt(m)))
-                kk = int(round(np.sqrt(k)))
-                if p * p != m or kk * kk != k:
-                    raise ValueError(
-                        "dict_init='dct' needs n_features and n_components perfect squares, "
-                        f"got {m} and {k}; use dict_init='random' or 'data'"
-                    )
-                return overcomplete_dct(p, k)
-            if key == "random":
-                d = rng.standard_normal((m, k))
-            elif key == "data":
-                idx = rng.choice(y.shape[1], size=k, replace=y.shape[1] < k)
-                d = y[:, idx] + 1e-10 * rng.standard_normal((m, k))
-            else:
-                raise ValueError(
-                    f"dict_init must be 'dct', 'random', 'data' or an array, got {init!r}"
-                )
-            return d / np.linalg.norm(d, axis=0)
-        comp = np.asarray(init, dtype=np.float64)
-        if comp.shape != (k, m):
-            raise ValueError(
-                f"dict_init array must have shape (n_components, n_features) = {(k, m)}, "
-                f"got {comp.shape}"
-            )
-        norms = np.linalg.norm(comp, axis=1)
-        if np.any(norms == 0) or not np.all(np.isfinite(comp)):
-            raise ValueError("dict_init array must have finite, nonzero atoms (rows)")
-        return (comp / norms[:, None]).T
-
-    @property
-    def _n_features_out(self):
-        """k, for ``get_feature_names_out`` (``l0dictionarylearning0``, ...)."""
-        return self.components_.shape[0]
-
-    @fit_context
-    def fit(self, X, y=None):
-        """Learn the dictionary from X of shape (n_samples, n_features); returns self."""
-        self._fit(X)
-        return self
-
-    @fit_context
-    def fit_transform(self, X, y=None):
-        """Fit and return the codes of X, shape (n_samples, n_components)."""
-        return self._fit(X).T
-
-    def transform(self, X, *, init="omp", max_iter=None):
-        """Codes of X (n_samples, n_features) for the learned dictionary (n_samples, k)."""
-        check_is_fitted(self, "components_")
-        X = validate_X(self, X, reset=False)
-        x = _as_signals(X.T, self.components_.shape[1], "X.T")
-        res = sparse_code(
-            self.dictionary_,
-            x,
-            self.lam,
-            method=self.method,
-            init=init,
-            max_iter=self.h_iter * 4 if max_iter is None else max_iter,
-            tol=self.tol,
-            omp_tol=self.omp_tol,
-            omp_n_nonzero=self.omp_n_nonzero,
-            random_state=self.random_state,
-            backend=self.backend,
-            record_objective=False,
-        )
-        return res.x.T
-
-    def _fit(self, X):
-        lam = v.check_real(self.lam, "lam", low=0.0)
-        method = _check_method(self.method)
-        # types and ranges of the parameters: _parameter_constraints (fit_context)
-        x = validate_X(self, X, reset=True)
-        yy = _as_signals(x.T, x.shape[1], "X.T")
-        tol = v.check_real(self.tol, "tol", low=0.0)
-        # MSM with no stopping rule is the sweeps alone: the lean path (sparse sweeps on CPU)
-        lean = method == "msm" and tol == 0.0
-        rng = np.random.default_rng(self.random_state)
-        m = yy.shape[0]
-        t0 = time.perf_counter()
-        d = self._initial_dictionary(m, rng, yy)
-        init = self.init
-        if not isinstance(init, str):
-            init = np.asarray(init, dtype=np.float64).T
-        h = _initial_codes(
-            init, d, yy, lam, d.T @ d, self.omp_tol, self.omp_n_nonzero, rng
-        ).reshape(d.shape[1], yy.shape[1])
-        timings = {"init": time.perf_counter() - t0, "h_step": 0.0, "d_step": 0.0}
-        objective = [l0_objective(d, yy, h, lam)]
-        iterator = range(int(self.n_iter))
-        bar = None
-        if self.verbose:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(iterator, desc=f"L0 dictionary learning ({method})", unit="it")
-            iterator = bar
-        for _ in iterator:
-            t1 = time.perf_counter()
-            gram = d.T @ d
-            gram = 0.5 * (gram + gram.T)
-            if lean:
-                h = l0_sweeps(gram, -(d.T @ yy), h, lam, int(self.h_iter), backend=self.backend)
-            else:
-                res = solve_h(
-                    gram,
-                    -(d.T @ yy),
-                    lam,
-                    method=method,
-                    x0=h,
-                    max_iter=int(self.h_iter),
-                    tol=self.tol,
-                    backend=self.backend,
-                    record_objective=False,
-                )
-                h = np.asarray(res.x)
-            t2 = time.perf_counter()
-            d = dictionary_step(d, yy, h, n_steps=int(self.d_iter))
-            t3 = time.perf_counter()
-            timings["h_step"] += t2 - t1
-            timings["d_step"] += t3 - t2
-            objective.append(l0_objective(d, yy, h, lam))
-            if bar is not None:
-                bar.set_postfix(objective=f"{objective[-1]:.6g}", nnz=int(np.count_nonzero(h)))
-        if bar is not None:
-            bar.close()
-        self.components_ = d.T.copy()
-        self.codes_ = h
-        self.objective_ = np.asarray(objective)
-        self.n_iter_ = int(self.n_iter)
-        self.timings_ = timings
-        return h
+    du = np.array(D, dtype=np.float64)
+    lip = _largest_eigenvalue(HHt)
+    if not lip > 0:
+        return du
+    for _ in range(int(n_steps)):
+        cand = du - (du @ HHt - YHt) / lip
+        if positive:
+            cand = np.maximum(cand, 0.0)
+        norms = np.linalg.norm(cand, axis=0)
+        ok = norms > 1e-12
+        du = np.where(ok, cand / np.where(ok, norms, 1.0), du)
+    return du
