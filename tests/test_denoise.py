@@ -92,7 +92,7 @@ def test_denoise_errors():
     img = np.full((16, 16), 100.0)
     with pytest.raises(ValueError, match="smaller than"):
         denoise(np.zeros((7, 30)), 10)
-    with pytest.raises(ValueError, match="grayscale"):
+    with pytest.raises(ValueError, match="channel_axis=-1"):
         denoise(np.zeros((16, 16, 3)), 10)
     with pytest.raises(ValueError, match="sigma"):
         denoise(img, 0)

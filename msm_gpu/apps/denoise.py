@@ -23,8 +23,8 @@ from .._input import validation as v
 from .._input.foreign import accepts_foreign_arrays, restore_denoised
 from ..arrays import is_cupy, to_host
 from ..backends.cpu.threads import blas_controller
+from ._images import clip_bounds, merge_channels, per_channel, split_channels, to_input_dtype
 from .dictionaries import (
-    check_image,
     extract_patches,
     overcomplete_dct,
     reconstruct_from_patches,
@@ -214,12 +214,13 @@ def denoise(
     code_iter=None,
     step=1,
     clip=None,
+    channel_axis=None,
     random_state=0,
     backend="auto",
     verbose=False,
     return_info=False,
 ):
-    """Denoise a grayscale image by l0 sparse coding of its patches over a learned dictionary.
+    """Denoise an image by l0 sparse coding of its patches over a learned dictionary.
 
     1. ``n_train`` random ``patch_size x patch_size`` patches of the noisy image, means
        removed, train a dictionary that starts from the overcomplete DCT: ``n_iter``
@@ -229,27 +230,36 @@ def denoise(
        from ``init``; OMP for ``"ksvd"``), rebuilt, its mean added back, and the overlaps
        are averaged into the image.
 
+    Colour images (``channel_axis``) are denoised channel by channel, each as a grey
+    image.  The result has the input's dtype and value range (module
+    :mod:`~msm_gpu.apps._images`): computed in float64, then clipped (``clip``) and, for
+    integer images, rounded.
+
     Parameters
     ----------
-    noisy : (H, W) array
-        Grayscale image, uint8 or float, both sides >= ``patch_size``.
-    sigma : float > 0
+    noisy : (H, W) array, or (H, W, C) (any axis of channels) with ``channel_axis``
+        Any integer or float dtype (uint8, uint16, int16, float32, ...); both sides >=
+        ``patch_size``.
+    sigma : float > 0, or one per channel
         Noise standard deviation in the image's units (20 for the paper's sigma = 20 on a
-        [0, 255] image; 20/255 for a float image on [0, 1]).
+        [0, 255] image; 20/255 for a float image on [0, 1]; 20 * 257 for the same noise on
+        a uint16 image).
     method : {"msm", "pgm", "ksvd"}
     lam : float, optional
         l0 weight in the image's units squared; default :func:`default_lam` (5 sigma^2).
-        An explicit value overrides the rule.  Not used by "ksvd", which stops OMP at the
-        squared residual ``patch_size**2 (1.15 sigma)^2`` (Elad and Aharon 2006).
+        An explicit value overrides the rule (for every channel).  Not used by "ksvd",
+        which stops OMP at the squared residual ``patch_size**2 (1.15 sigma)^2`` (Elad and
+        Aharon 2006).
     train_lam : float, optional
         l0 weight of the training codes (dictionary learning); default
         ``train_lam_factor * lam`` from :data:`METHOD_DEFAULTS` (2 lam for "msm", lam for
         "pgm").  Not used by "ksvd".
-    patch_size : int
+    patch_size : int >= 2
+        Side of the square patches (a 1 x 1 patch minus its mean is 0: nothing to code).
     n_atoms : int
         Dictionary size; a perfect square (the DCT start needs it).
     n_train : int
-        Training patches.
+        Training patches (per channel).
     n_iter : int, optional
         Dictionary learning iterations (0: use the overcomplete DCT as is).  Default per
         method (:data:`METHOD_DEFAULTS`, also for ``init``, ``h_iter``, ``d_iter``,
@@ -262,71 +272,168 @@ def denoise(
     d_iter : int, optional
         Projected-gradient dictionary steps per training iteration (Bao et al.; not used
         by "ksvd").
-    step : int
-        Stride between coded patches (1: all overlapping patches, as in the paper).
-    clip : (low, high) or False, optional
-        Clip the result; default ``(0, 255)`` for integer images and no clipping for floats.
+    step : int >= 1
+        Stride between coded patches (1: all overlapping patches, as in the paper).  The
+        last row and column of patches are always coded, and where ``step`` exceeds
+        ``patch_size`` the patches that fill the gaps too, so every pixel is covered
+        (:func:`~msm_gpu.apps.dictionaries.patch_grid`).
+    clip : None, bool or (low, high)
+        Range of the result.  None (default): an integer image's dtype range (uint8
+        [0, 255], uint16 [0, 65535], int16 [-32768, 32767], ...), floats unclipped.
+        True: the same for integers, the input's [min, max] for floats.  False: no
+        clipping (integers still kept in their dtype's range).
+    channel_axis : int or None
+        The axis of the colour channels (scikit-image's convention); None: a grey image.
     random_state : int, Generator or None
+        Seed of the training patches; with an int every channel gets the same positions.
     backend : {"auto", "cpu", "cuda"}
     verbose : bool
         Print the stages and show progress bars: dictionary learning (or K-SVD) and the
         final coding of every patch ("msm", "pgm"; the final OMP of "ksvd" has none).
     return_info : bool
         Also return a dict with lam, train_lam, the dictionary, timings (seconds per stage
-        and total), the training objective and the mean number of atoms per patch.
+        and total), the training objective and the mean number of atoms per patch; for a
+        colour image ``info["channels"]`` holds one such dict per channel and
+        ``info["dictionary"]`` their dictionaries stacked (C, m, k).
 
     Returns
     -------
-    clean : ndarray (H, W), float64
-        In the units of the input.
+    clean : ndarray, the shape and dtype of ``noisy``
+        In the units of the input (a boolean image gives float64).
     info : dict
         Only with ``return_info=True``.
     """
     started = time.perf_counter()
+    settings = _settings(
+        method=method,
+        patch_size=patch_size,
+        n_atoms=n_atoms,
+        n_train=n_train,
+        n_iter=n_iter,
+        init=init,
+        h_iter=h_iter,
+        d_iter=d_iter,
+        code_iter=code_iter,
+        step=step,
+        backend=backend,
+        verbose=verbose,
+    )
+    on_device = is_cupy(noisy)
+    if on_device:  # a CuPy image: patches on the host, the sweeps on the device
+        settings["backend"] = "cuda" if backend == "auto" else backend
+        noisy = to_host(noisy)
+    raw = np.asarray(noisy)
+    channels, axis = split_channels(raw, channel_axis, settings["patch_size"], "noisy")
+    sigmas = [
+        v.check_real(s, "sigma", low=0.0, low_open=True)
+        for s in per_channel(sigma, len(channels), "sigma")
+    ]
+    bounds = clip_bounds(clip, raw)
+    if raw.dtype.kind == "f" and max(sigmas) > 1.0 and np.abs(raw).max() <= 2.0:
+        warnings.warn(
+            f"sigma = {max(sigmas):g} but the image lies in [{raw.min():.3g}, "
+            f"{raw.max():.3g}]: sigma is in the image's units (use sigma / 255 for images "
+            "on [0, 1])",
+            stacklevel=2,
+        )
+    shared = random_state if isinstance(random_state, np.random.Generator) else None
+    results = [
+        _denoise_grey(
+            img,
+            s,
+            lam,
+            train_lam,
+            settings,
+            shared if shared is not None else np.random.default_rng(random_state),
+        )
+        for img, s in zip(channels, sigmas, strict=True)
+    ]
+    clean = to_input_dtype(merge_channels([r[0] for r in results], axis), raw.dtype, bounds)
+    total = time.perf_counter() - started
+    if settings["verbose"]:
+        print(f"[denoise {settings['method']}] done in {total:.2f} s", flush=True)
+    infos = [r[1] for r in results]
+    if axis is None:
+        info = infos[0]
+        info["timings"]["total"] = total
+    else:
+        info = {
+            "method": settings["method"],
+            "channel_axis": axis,
+            "channels": infos,
+            "dictionary": np.stack([i["dictionary"] for i in infos]),
+            "timings": {"total": total},
+        }
+    if on_device:  # CuPy in, CuPy out
+        import cupy
+
+        clean, info["dictionary"] = cupy.asarray(clean), cupy.asarray(info["dictionary"])
+    return (clean, info) if return_info else clean
+
+
+def _settings(
+    *,
+    method,
+    patch_size,
+    n_atoms,
+    n_train,
+    n_iter,
+    init,
+    h_iter,
+    d_iter,
+    code_iter,
+    step,
+    backend,
+    verbose,
+):
+    """Every parameter of :func:`denoise` that is not about the image, checked before any
+    work (a refused value is named before a run, not after it)."""
     if not isinstance(method, str) or method.lower() not in DENOISE_METHODS:
         raise ValueError(f"method must be one of {DENOISE_METHODS}, got {method!r}")
     method = method.lower()
     patch_size = v.check_int(patch_size, "patch_size", low=1)
-    on_device = is_cupy(noisy)
-    if on_device:  # a CuPy image: patches on the host, the sweeps on the device
-        backend = "cuda" if backend == "auto" else backend
-        noisy = to_host(noisy)
-    raw = np.asarray(noisy)
-    img = check_image(raw, patch_size, "noisy")
-    sigma = v.check_real(sigma, "sigma", low=0.0, low_open=True)
+    if patch_size < 2:
+        raise ValueError(
+            "patch_size must be >= 2: a 1 x 1 patch minus its mean is 0, so there is "
+            f"nothing to denoise; got patch_size={patch_size}"
+        )
     n_atoms = v.check_int(n_atoms, "n_atoms", low=1)
     d0 = overcomplete_dct(patch_size, n_atoms)  # validates n_atoms (a perfect square)
-    n_train = v.check_int(n_train, "n_train", low=1)
     defaults = METHOD_DEFAULTS[method]
-    n_iter = defaults["n_iter"] if n_iter is None else n_iter
-    h_iter = defaults["h_iter"] if h_iter is None else h_iter
-    d_iter = defaults["d_iter"] if d_iter is None else d_iter
-    code_iter = defaults["code_iter"] if code_iter is None else code_iter
     init = defaults["init"] if init is None else init
-    n_iter = v.check_int(n_iter, "n_iter", low=0)
-    h_iter = v.check_int(h_iter, "h_iter", low=1)
-    d_iter = v.check_int(d_iter, "d_iter", low=1)
-    code_iter = v.check_int(code_iter, "code_iter", low=1)
     if not isinstance(init, str) or init.lower() not in ("omp", "random", "zeros"):
         raise ValueError(f"init must be 'omp', 'random' or 'zeros', got {init!r}")
-    init = init.lower()
-    lam = default_lam(sigma) if lam is None else float(lam)
-    if not np.isfinite(lam) or lam < 0:
-        raise ValueError(f"lam must be finite and >= 0, got {lam}")
-    train_lam = defaults["train_lam_factor"] * lam if train_lam is None else train_lam
+    return {
+        "method": method,
+        "patch_size": patch_size,
+        "n_atoms": n_atoms,
+        "d0": d0,
+        "n_train": v.check_int(n_train, "n_train", low=1),
+        "n_iter": v.check_int(defaults["n_iter"] if n_iter is None else n_iter, "n_iter", low=0),
+        "h_iter": v.check_int(defaults["h_iter"] if h_iter is None else h_iter, "h_iter", low=1),
+        "d_iter": v.check_int(defaults["d_iter"] if d_iter is None else d_iter, "d_iter", low=1),
+        "code_iter": v.check_int(
+            defaults["code_iter"] if code_iter is None else code_iter, "code_iter", low=1
+        ),
+        "init": init.lower(),
+        "step": v.check_int(step, "step", low=1),
+        "train_lam_factor": defaults["train_lam_factor"],
+        "backend": backend,
+        "verbose": bool(verbose),
+    }
+
+
+def _denoise_grey(img, sigma, lam, train_lam, settings, rng):
+    """One 2-D float64 channel: (clean float64, info)."""
+    started = time.perf_counter()
+    method, patch_size, n_atoms = settings["method"], settings["patch_size"], settings["n_atoms"]
+    init, backend, verbose = settings["init"], settings["backend"], settings["verbose"]
+    lam = default_lam(sigma) if lam is None else v.check_real(lam, "lam", low=0.0)
+    train_lam = settings["train_lam_factor"] * lam if train_lam is None else train_lam
     train_lam = v.check_real(train_lam, "train_lam", low=0.0)
-    if clip is None:
-        is_int = np.issubdtype(raw.dtype, np.integer) or np.issubdtype(raw.dtype, np.bool_)
-        clip = (0.0, 255.0) if is_int else False
-    if np.issubdtype(raw.dtype, np.floating) and sigma > 1.0 and np.abs(img).max() <= 2.0:
-        warnings.warn(
-            f"sigma = {sigma:g} but the image lies in [{img.min():.3g}, {img.max():.3g}]: "
-            "sigma is in the image's units (use sigma / 255 for images on [0, 1])",
-            stacklevel=2,
-        )
-    rng = np.random.default_rng(random_state)
     m = patch_size * patch_size
     omp_tol = m * (OMP_NOISE_GAIN * sigma) ** 2
+    d0, n_iter, step = settings["d0"], settings["n_iter"], settings["step"]
 
     def say(msg):
         if verbose:
@@ -339,7 +446,7 @@ def denoise(
     with blas_controller().limit(limits=1, user_api="blas"):
         # 1. dictionary learning on random noisy patches, means removed
         t0 = time.perf_counter()
-        train = sample_patches(img, n_train, patch_size, rng)
+        train = sample_patches(img, settings["n_train"], patch_size, rng)
         train = train - train.mean(axis=0, keepdims=True)
         say(
             f"learning a {m} x {n_atoms} dictionary from {train.shape[1]} patches, "
@@ -358,8 +465,8 @@ def denoise(
                 init=init,
                 method=method,
                 dict_init=d0.T,
-                h_iter=h_iter,
-                d_iter=d_iter,
+                h_iter=settings["h_iter"],
+                d_iter=settings["d_iter"],
                 tol=0.0 if method == "msm" else 1e-4,  # MSM: h_iter sweeps, lean path
                 omp_tol=omp_tol,
                 random_state=rng,
@@ -375,6 +482,7 @@ def denoise(
         means = patches.mean(axis=0, keepdims=True)
         centred = patches - means
         say(f"coding {patches.shape[1]} patches")
+        code_iter = settings["code_iter"]
         if method == "ksvd":
             h = omp(d, centred, tol=omp_tol)
         elif method == "msm":  # the lean path: sweeps only, no objective or retirement
@@ -407,16 +515,7 @@ def denoise(
         t2 = time.perf_counter()
     rebuilt = d @ h + means
     clean = reconstruct_from_patches(rebuilt, img.shape, patch_size, step)
-    if clip is not False:
-        clean = np.clip(clean, clip[0], clip[1])
     t3 = time.perf_counter()
-    say(f"done in {t3 - started:.2f} s")
-    if on_device:  # CuPy in, CuPy out
-        import cupy
-
-        clean, d = cupy.asarray(clean), cupy.asarray(d)
-    if not return_info:
-        return clean
     info = {
         "method": method,
         "lam": lam,

@@ -108,8 +108,9 @@ def check_image(image, patch_size, name="image"):
 def patch_grid(length, patch_size, step=1):
     """Start offsets of the patches along one axis of ``length`` pixels.
 
-    ``0, step, 2 step, ...`` and always the last offset ``length - patch_size``, so that
-    the patches cover every pixel.
+    ``0, step, 2 step, ...`` and always the last offset ``length - patch_size``; where
+    ``step > patch_size`` leaves pixels between two patches, the offsets ``patch_size``
+    apart that cover them are added.  So the patches cover every pixel for any step.
     """
     p = check_int(patch_size, "patch_size", low=1)
     s = check_int(step, "step", low=1)
@@ -118,6 +119,10 @@ def patch_grid(length, patch_size, step=1):
     starts = np.arange(0, length - p + 1, s)
     if starts[-1] != length - p:
         starts = np.append(starts, length - p)
+    gaps = np.flatnonzero(np.diff(starts) > p)
+    if gaps.size:  # fill each gap (a, b) with a + p, a + 2p, ... < b
+        fill = [np.arange(starts[g] + p, starts[g + 1], p) for g in gaps]
+        starts = np.unique(np.concatenate([starts, *fill]))
     return starts
 
 
