@@ -249,6 +249,24 @@ def test_batched_data_kinds():
         study.batched_data("nope")
 
 
+def test_batched_data_is_benchmarks_data():
+    # benchmarks/bench_nnls.py's make_problem, written out: the README's table and the
+    # demo measure the same problems for the same seed
+    rng = np.random.default_rng(5)
+    c = rng.uniform(size=(12, 4))
+    x = rng.dirichlet(0.3 * np.ones(4), size=9).T
+    d = c @ x + 0.01 * rng.normal(size=(12, 9))
+    got = study.batched_data("unmixing", (12, 4), 9, seed=5)
+    assert np.array_equal(got[0], c) and np.array_equal(got[1], d)
+    rng = np.random.default_rng(5)
+    t = np.linspace(0, 1, 30)[:, None]
+    c = np.exp(-0.5 * ((t - np.linspace(0.02, 0.98, 6)) / 0.02) ** 2)
+    x = np.abs(rng.normal(size=(6, 7))) * (rng.uniform(size=(6, 7)) < 0.3)
+    d = c @ x + 0.01 * rng.normal(size=(30, 7))
+    got = study.batched_data("spectra", (30, 6), 7, seed=5)
+    assert np.array_equal(got[0], c) and np.array_equal(got[1], d)
+
+
 def test_batched_problems_are_the_readme_shapes():
     # the lead's README table is generated for these (name, m, n, r, scipy columns)
     shapes = {name: (m, n, r) for name, m, n, r, _ in study.BATCHED_PROBLEMS}

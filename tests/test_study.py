@@ -172,3 +172,18 @@ def test_plot_writes_png(small_study, tmp_path):
     img = matplotlib.image.imread(path)
     assert img.shape[0] > 200 and img.shape[1] > 400
     assert np.ptp(img[..., :3]) > 0.5  # not a blank canvas
+
+
+def test_the_papers_l0_weight_leaves_the_constant_step_methods_at_zero():
+    # what the l0 table's note says: at the paper's lam = 1, on the paper's instance,
+    # PGM, APG and APG+LS never leave x0 = 0, MSM does
+    out = study.run_figure1(lam=study.PAPER_LAM, problems=("l0",), iters=20, warmup=False)
+    prob = out["problems"]["l0"]
+    _, d = study.figure1_data()
+    for method in ("pgm", "apg", "apg_ls"):
+        assert np.all(prob["histories"][method]["objective"] == pytest.approx(0.5 * d @ d))
+    assert prob["histories"]["msm"]["objective"][-1] < 0.5 * 0.5 * d @ d
+    assert "the paper's panel (b) has lam" not in study.format_table(out)
+    note = "(the paper's panel (b) has lam = 1: --lam 1, where PGM, APG and APG+LS stay at x0"
+    small = study.run_figure1(size=(6, 20), problems=("l0",), iters=2, warmup=False)
+    assert note in study.format_table(small)
