@@ -42,8 +42,10 @@ def test_every_solver_lowers_objective_and_stays_nonnegative(solver):
     assert np.all(np.diff(hist[:, 0]) >= 0)
     assert hist[-1, 1] < 0.5 * hist[0, 1]
     assert W.min() >= 0 and H.min() >= 0
-    # history's objective is the true objective
-    assert np.isclose(hist[-1, 1], objective(Y, W, H), rtol=1e-9)
+    # the objective is the true one; the last W-step is exact, so it is at most the
+    # loop's last value
+    assert np.isclose(info["objective"], objective(Y, W, H), rtol=1e-9)
+    assert objective(Y, W, H) <= hist[-1, 1] * (1 + 1e-12)
     assert np.isclose(info["reconstruction_err"], np.sqrt(2 * objective(Y, W, H)))
     if solver != "apg":
         assert np.all(np.diff(hist[:, 1]) <= 1e-9 * hist[0, 1])
@@ -322,7 +324,8 @@ def test_auto_inner_iter_budget():
 def test_finish_of_the_msm_half_steps(monkeypatch):
     # "exact": every msm half-step ends at the exact NNLS solution of its (G, P), so the
     # factors after one outer iteration are bpp's from the MSM iterate; "auto" finishes
-    # sparse Y only; None never; the other solvers ignore it
+    # data with at most 10 % nonzero entries, stored dense or sparse; None never; the
+    # other solvers ignore it
     from msm_gpu.factorization import solvers as ns
 
     calls = []
@@ -331,26 +334,35 @@ def test_finish_of_the_msm_half_steps(monkeypatch):
     rng = np.random.default_rng(8)
     Y = rng.random((30, 40))
     Y[rng.random(Y.shape) > 0.3] = 0.0
+    Y_text = Y * (rng.random(Y.shape) < 0.25)  # 7 % nonzero
     kw = {"max_iter": 3, "tol": 0, "random_state": 0}
     for finish, data, solver, expected in (
         ("exact", Y, "msm", 6),
-        ("auto", sp.csr_matrix(Y), "msm", 6),
+        ("auto", sp.csr_matrix(Y), "msm", 0),
         ("auto", Y, "msm", 0),
-        (None, sp.csr_matrix(Y), "msm", 0),
+        ("auto", sp.csr_matrix(Y_text), "msm", 6),
+        ("auto", Y_text, "msm", 6),
+        (None, sp.csr_matrix(Y_text), "msm", 0),
         ("exact", Y, "hals", 0),
     ):
         calls.clear()
         nmf(data, 4, solver=solver, finish=finish, **kw)
-        assert len(calls) == expected, (finish, solver)
-    # the finished W-step is optimal: KKT of min_{W >= 0} 1/2 ||Y - W H||^2 at the final H
-    # (extrapolation off: the W-step used that H); plain MSM steps are not
-    one = {"solver": "msm", "max_iter": 1, "tol": 0, "random_state": 0, "extrapolation": False}
+        # plus one: the exact last W-step of every fit (loop.exact_w_step)
+        assert len(calls) == expected + 1, (finish, solver)
+    # the finished H-step is optimal: KKT of min_{H >= 0} 1/2 ||Y - W0 H||^2 at the start
+    # W0 (one iteration, extrapolation off: the returned H is that H-step's); plain MSM
+    # steps are not.  (The returned W is always exact: the last W-step of every fit.)
+    W0, H0 = rng.random((30, 4)), rng.random((4, 40))
+    one = {"solver": "msm", "max_iter": 1, "tol": 0, "extrapolation": False, "init": "custom"}
     for finish, exact in (("exact", True), (None, False)):
-        W, H, _ = nmf(Y, 4, finish=finish, **one)
+        W, H, _ = nmf(Y, 4, finish=finish, W=W0, H=H0, **one)
+        grad = W0.T @ (W0 @ H - Y)
+        scale = np.abs(W0.T @ Y).max()
+        kkt = np.where(H > 0, np.abs(grad), np.maximum(-grad, 0.0)).max() / scale
+        assert (H >= 0).all() and (kkt < 1e-10) == exact, (finish, kkt)
         grad = (W @ H - Y) @ H.T
-        scale = np.abs(Y @ H.T).max()
-        kkt = np.where(W > 0, np.abs(grad), np.maximum(-grad, 0.0)).max() / scale
-        assert (W >= 0).all() and (kkt < 1e-10) == exact, (finish, kkt)
+        kkt = np.where(W > 0, np.abs(grad), np.maximum(-grad, 0.0)).max()
+        assert kkt < 1e-10 * np.abs(Y @ H.T).max()
     with pytest.raises(ValueError, match="finish"):
         nmf(Y, 4, finish="always")
 

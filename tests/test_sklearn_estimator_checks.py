@@ -47,25 +47,6 @@ CHECKED = {
 
 #: Checks that fail by design, per estimator, with the reason.
 EXPECTED_FAILED = {
-    "NMF": {
-        "check_transformer_general": (
-            "fit_transform returns the W of the last outer iteration, stopped by its tol rule; "
-            "transform solves the NNLS for W exactly against the final H.  On the check's "
-            "rank-3 blob data with k = 3 the two differ by 0.025, above the check's atol "
-            "0.01 (scikit-learn's NMF at its defaults differs by 0.05 there; scikit-learn "
-            "runs it with max_iter=500).  test_nmf_transform_agrees_with_fit_transform_"
-            "once_converged covers the property."
-        ),
-        "check_transformer_data_not_an_array": (
-            "the same fit_transform / transform comparison as check_transformer_general "
-            "(the input is accepted)"
-        ),
-        "check_transformer_preserve_dtypes": (
-            "transform solves its NNLS on the CPU by block principal pivoting, in float64: "
-            "float32 input gives float64 W (fit_transform with solver='msm' keeps float32). "
-            "Casting would change transform's numbers, outside the contract work."
-        ),
-    },
 }
 
 

@@ -54,9 +54,11 @@ product with Y).
 
 from __future__ import annotations
 
+import warnings
 from numbers import Integral, Real
 
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
@@ -71,9 +73,16 @@ from ..factorization.loop import (
     check_params,
     dtype_of,
     exact_error,
+    exact_w_step,
+    history_in_user_units,
+    power_of_two_times,
     prepare,
     run,
+    scale_exponent,
+    stable_objective,
+    user_units,
 )
+from ..factorization.regularization import Regularization
 from ..finish.run import FINISH_MODES
 from ._estimator import BACKEND_CONSTRAINT, RANDOM_STATE_CONSTRAINT, fit_context, validate_X
 
@@ -177,7 +186,7 @@ class NMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     # messages naming the parameter); ``check_params`` then applies the solvers' own
     # finer rules (finite values, bool refused for ints).
     _parameter_constraints: dict = {
-        "n_components": [Interval(Integral, 1, None, closed="left"), None],
+        "n_components": [Interval(Integral, 1, None, closed="left"), None, StrOptions({"auto"})],
         "solver": [StrOptions(set(ns.SOLVERS))],
         "omega": [Interval(Real, 0, 2, closed="neither")],
         "theta": [Interval(Real, 0, None, closed="left")],
@@ -192,6 +201,9 @@ class NMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         # scikit-learn's loss names pass here so that the refusal of the losses other
         # than Frobenius says what to use instead (loop.check_params).
         "beta_loss": [StrOptions({"frobenius", "kullback-leibler", "itakura-saito"}), Real],
+        "alpha_W": [Interval(Real, 0, None, closed="left")],
+        "alpha_H": [Interval(Real, 0, None, closed="left"), StrOptions({"same"})],
+        "l1_ratio": [Interval(Real, 0, 1, closed="both")],
         "extrapolation": [StrOptions({"auto"}), "boolean"],
         "finish": [StrOptions(set(FINISH_MODES)), None],
         "random_state": RANDOM_STATE_CONSTRAINT,
@@ -201,7 +213,7 @@ class NMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
 
     def __init__(
         self,
-        n_components=None,
+        n_components="auto",
         *,
         solver="msm",
         omega=1.0,
@@ -213,6 +225,9 @@ class NMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         time_limit=None,
         init=None,
         beta_loss="frobenius",
+        alpha_W=0.0,
+        alpha_H="same",
+        l1_ratio=0.0,
         extrapolation="auto",
         finish="auto",
         random_state=None,
@@ -230,6 +245,9 @@ class NMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         self.time_limit = time_limit
         self.init = init
         self.beta_loss = beta_loss
+        self.alpha_W = alpha_W
+        self.alpha_H = alpha_H
+        self.l1_ratio = l1_ratio
         self.extrapolation = extrapolation
         self.finish = finish
         self.random_state = random_state
@@ -259,7 +277,8 @@ class NMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             cupyx.scipy.sparse.
         y : ignored
         W, H : arrays, optional
-            Starting factors for ``init="custom"``.
+            Starting factors for ``init="custom"`` (ignored, with a RuntimeWarning,
+            otherwise).
 
         A ``dask.array`` Y is factorised block by block and W / ``components_`` are
         then dask arrays (:mod:`msm_gpu.dask.nmf`).
@@ -272,16 +291,45 @@ class NMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         Y = validate_X(self, Y, reset=True, name="Y", accept_sparse=("csr", "csc"), finite=False)
         params = self.get_params()
         Yc, data, backend, W0, H0 = prepare(Y, params, W, H)
-        Wf, Hf, info = run(data, backend, W0, H0, params)
-        info["reconstruction_err"] = exact_error(data, Wf, Hf)
-        self.components_ = backend.to_user(Hf, Yc)
+        e = data.exponent
+        reg = Regularization.from_params(params, data.shape).rescaled(e, 2.0)
+        Wf, Hf, info = run(data, backend, W0, H0, params, reg=reg)
+        # the last half-step solves W exactly for the final H: fit_transform(Y) is then
+        # transform(Y) of the fitted model
+        wt, g_h, p_w = exact_w_step(data, backend, Hf, params, reg, start=Wf.T, products=True)
+        info["objective_loop"] = info["objective"]
+        info["objective"] = stable_objective(data, wt, Hf, g_h, p_w) + reg.value(wt, Hf)
+        info["reconstruction_err"] = power_of_two_times(exact_error(data, wt.T, Hf), e)
+        info["objective"] = power_of_two_times(info["objective"], 2 * e)
+        info["objective_loop"] = power_of_two_times(info["objective_loop"], 2 * e)
+        info["history"] = history_in_user_units(info["history"], e)
+        Wf = user_units(backend.xp.ascontiguousarray(wt.T), e)
+        Hf = user_units(Hf, e)
+        self._set_fitted(backend.to_user(Hf, Yc), info)
+        return backend.to_user(Wf, Yc)
+
+    def _set_fitted(self, H, info):
+        """The fitted attributes from the final H (user's array type) and the info dict;
+        scikit-learn's ConvergenceWarning when ``max_iter`` stopped a run with tol > 0."""
+        self.components_ = H
         self.reconstruction_err_ = info["reconstruction_err"]
         self.n_iter_ = info["n_iter"]
         self.history_ = info["history"]
         self.converged_ = info["converged"]
-        self.n_components_ = Hf.shape[0]
+        self.n_components_ = H.shape[0]
         self.info_ = info
-        return backend.to_user(Wf, Yc)
+        if (
+            not info["converged"]
+            and info["n_iter"] >= self.max_iter
+            and self.tol > 0
+            and info["message"].startswith("reached max_iter")
+        ):
+            warnings.warn(
+                f"Maximum number of iterations {self.max_iter} reached. Increase it to "
+                "improve convergence.",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
 
     @fit_context
     def fit(self, Y, y=None, **params):
@@ -294,11 +342,12 @@ class NMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         check_is_fitted(self, "components_")
 
     def transform(self, Y):
-        """W >= 0 minimising 1/2 ||Y - W H||^2 for the fitted H (m x k).
+        """W >= 0 minimising the fitted loss of Y ~ W H for the fitted H (m x k).
 
-        The W-step NNLS (H fixed) is solved exactly by block principal pivoting on the
-        CPU, and on CUDA by the model's solver (``"msm"`` for bpp/cgd) with up to
-        ``max(max_iter, 2000)`` inner iterations and inner_tol 1e-9, from zero.
+        The W-step NNLS (H fixed, W's penalty included) is solved exactly, by the same
+        function as the last half-step of ``fit_transform``
+        (:func:`~msm_gpu.factorization.loop.exact_w_step`): block principal pivoting in
+        float64 on the CPU (float32 Y gives float32 W), on CUDA by the model's solver.
         """
         if is_dask_array(Y):  # -- dask hook (msm_gpu/dask/nmf.py) --
             from ..dask import nmf as nmf_dask
@@ -313,29 +362,12 @@ class NMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         if Y.shape[1] != d:
             raise ValueError(f"Y has {Y.shape[1]} features, but NMF was fitted with {d}")
         backend = get_backend(params["backend"], Y, self.components_)
-        dtype = dtype_of(Y)
-        data = Data(Y, backend, dtype)
-        H = backend.asarray(self.components_, dtype)
-        g = H @ H.T
-        p_w = data.h_yt(H)
-        x0 = backend.xp.zeros_like(p_w)
-        solver = params["solver"]
-        if backend.on_host:
-            solver = "bpp"
-        elif solver in ns.CPU_ONLY:
-            solver = "msm"
-        wt, _ = ns.half_step(
-            solver,
-            backend,
-            g,
-            p_w,
-            x0,
-            max_inner=max(int(params["max_iter"]), 2000),
-            inner_tol=1e-9,
-            omega=params["omega"],
-            theta=params["theta"],
-        )
-        return backend.to_user(wt.T, Y)
+        data = Data(Y, backend, dtype_of(Y), scale_exponent(Y))
+        e = data.exponent
+        H = backend.asarray(self.components_, data.dtype) * (2.0 ** -(e // 2))
+        reg = Regularization.from_params(params, data.shape).rescaled(e, 2.0)
+        wt = exact_w_step(data, backend, H, params, reg)
+        return backend.to_user(user_units(backend.xp.ascontiguousarray(wt.T), e), Y)
 
     def inverse_transform(self, W):
         """W @ components_ (the reconstruction, m x d)."""

@@ -48,16 +48,21 @@ import numpy as np
 from ..arrays import is_cupy, namespace, to_host
 from ..backends import get_backend
 from ..factorization import solvers as ns
+from ..factorization.extrapolation import revive
 from ..factorization.init import random_source
 from ..factorization.loop import (
+    EXPANSION_ULPS,
     Data,
     alternate,
     check_data,
     check_params,
     dtype_of,
+    exact_nnls,
     is_sparse,
     n_components,
+    residual_norm2,
 )
+from ..factorization.regularization import Regularization
 
 #: Solvers whose half-step can run block by block with the in-memory result.
 DASK_SOLVERS = ("msm", "hals", "bpp", "cgd")
@@ -80,18 +85,27 @@ def fit_transform(model, Y, W=None, H=None):
             f"all columns); use one of {', '.join(map(repr, DASK_SOLVERS))}"
         )
     _check_dask_data(Y)
+    _check_loss(p)
     backend = _backend_name(p, Y)
     m, d = Y.shape
-    k = n_components(p, m, d)
+    custom = p["init"] == "custom"
+    k = n_components(p, m, d, H if custom else None)
     dtype = dtype_of(Y)
     ctx = OnDask(Y, backend, dtype, k)
     norm2, total, _ = ctx.statistics()
-    if p["init"] == "custom" or (W is not None and H is not None):
+    if custom:
         wt = ctx.factor(W, (m, k), "W", transpose=True)
         h = ctx.factor(H, (k, d), "H", transpose=False)
     else:
         if W is not None or H is not None:
-            raise ValueError("W and H are used only with init='custom'")
+            import warnings
+
+            warnings.warn(
+                "When init!='custom', provided W or H are ignored. Set init='custom' to use "
+                "them as initialization.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         if p["init"] not in (None, "random"):
             raise ValueError(
                 f"init={p['init']!r} needs an SVD of all of Y; for a dask Y use "
@@ -107,18 +121,16 @@ def fit_transform(model, Y, W=None, H=None):
         h = avg * abs(rng.standard_normal((k, d), chunks=((k,), ctx.cols)))
         wt = avg * abs(rng.standard_normal((k, m), chunks=((k,), ctx.rows)))
         h, wt = ctx.to_blocks(h), ctx.to_blocks(wt)
-    wt, h, info = alternate(ctx, wt, h, p)
+    reg = Regularization.from_params(p, (m, d))
+    wt, h, info = alternate(ctx, wt, h, p, reg=reg)
+    # the last W-step exact, as in memory (fit_transform(Y) = transform(Y))
+    wt = ctx.exact_w_step(h, p, reg, start=wt)
+    info["objective_loop"] = info["objective"]
+    info["objective"] = ctx.objective(wt, h, *ctx.w_step_products(h)) + reg.value(wt, h)
     info["reconstruction_err"] = ctx.exact_error(wt, h)
-    W_out = wt.T
-    model.components_ = h
-    model.reconstruction_err_ = info["reconstruction_err"]
-    model.n_iter_ = info["n_iter"]
-    model.history_ = info["history"]
-    model.converged_ = info["converged"]
-    model.n_components_ = k
     model.n_features_in_ = d
-    model.info_ = info
-    return W_out
+    model._set_fitted(h, info)
+    return wt.T
 
 
 def transform(model, Y):
@@ -131,17 +143,13 @@ def transform(model, Y):
     k, d = model.components_.shape
     if Y.shape[1] != d:
         raise ValueError(f"Y has {Y.shape[1]} features, but NMF was fitted with {d}")
+    _check_loss(p)
     backend = _backend_name(p, Y)
     ctx = OnDask(Y, backend, dtype_of(Y), k)
     ctx.statistics()  # the value checks of Y
     h = ctx.factor(model.components_, (k, d), "components_", transpose=False)
-    g, p_w = ctx.w_step_products(h)
-    on_gpu = backend == "cuda" or (backend == "auto" and is_cupy(Y._meta))
-    solver = ("msm" if p["solver"] in ns.CPU_ONLY else p["solver"]) if on_gpu else "bpp"
-    x0 = ctx.to_blocks(p_w.map_blocks(_zeros_like, dtype=ctx.dtype))
-    opts = {"omega": p["omega"], "theta": p["theta"], "inner_tol": 1e-9}
-    wt, _ = ctx.solve_half_step(solver, g, p_w, x0, max(int(p["max_iter"]), 2000), **opts)
-    return wt.T
+    reg = Regularization.from_params(p, Y.shape)
+    return ctx.exact_w_step(h, p, reg).T
 
 
 # -- checks ------------------------------------------------------------------------------
@@ -157,6 +165,18 @@ def _check_dask_data(Y):
         raise ValueError(f"Y must not be empty, got shape {Y.shape}")
     if np.dtype(Y.dtype).kind not in "biuf":
         raise TypeError(f"Y must hold real numbers, got dtype {Y.dtype}")
+
+
+def _check_loss(p):
+    """The dask road minimises the Frobenius loss only."""
+    from ..factorization.beta import beta_value
+
+    if beta_value(p["beta_loss"]) != 2.0:
+        raise ValueError(
+            f"beta_loss={p['beta_loss']!r} is not available for a dask Y (the dask road "
+            "minimises the Frobenius loss); compute Y, or pass its blocks to "
+            "MiniBatchNMF.partial_fit"
+        )
 
 
 def _backend_name(p, Y):
@@ -190,7 +210,7 @@ class OnDask:
         self.shape = tuple(int(s) for s in Y.shape)
         self.rows, self.cols = Y.chunks
         self.sparse = is_sparse(Y._meta)
-        self.norm2 = self.nnz = None  # set by statistics()
+        self.norm2 = self.nnz = self.nonzeros = None  # set by statistics()
         self.on_gpu = backend == "cuda" or (backend == "auto" and is_cupy(Y._meta))
         if self.on_gpu:
             import cupy
@@ -208,11 +228,11 @@ class OnDask:
             _block_statistics,
             backend=self.backend,
             dtype=np.float64,
-            chunks=((1,) * nr, (3,) * nc),
+            chunks=((1,) * nr, (4,) * nc),
             meta=np.empty((0, 0)),
         )
-        s = np.asarray(stats.compute()).reshape(nr, nc, 3).sum(axis=(0, 1))
-        self.norm2, self.nnz = float(s[0]), int(s[2])
+        s = np.asarray(stats.compute()).reshape(nr, nc, 4).sum(axis=(0, 1))
+        self.norm2, self.nnz, self.nonzeros = float(s[0]), int(s[2]), int(s[3])
         return float(s[0]), float(s[1]), int(s[2])
 
     def to_blocks(self, x):
@@ -261,10 +281,40 @@ class OnDask:
         return self.gram(h), self.h_yt(h)
 
     def extrapolate(self, ex, new, old):
-        """``max(new + beta (new - old), 0)`` blockwise (Extrapolation.point), persisted."""
+        """``max(new + beta (new - old), 0)`` blockwise (Extrapolation.point), with the
+        components it zeroes taken from ``new`` (a row reduction), persisted."""
         import dask.array as da
 
-        return da.maximum(new + ex.beta * (new - old), 0).persist()
+        return revive(da.maximum(new + ex.beta * (new - old), 0), new).persist()
+
+    def scale_rows(self, x, s):
+        return (x * np.asarray(s, dtype=x.dtype)[:, None]).persist()
+
+    def exact_w_step(self, h, p, reg, start=None):
+        """W' (k x m, Y's row chunks) solving the W-step exactly for H, as the in-memory
+        :func:`~msm_gpu.factorization.loop.exact_w_step`: on the CPU its exact NNLS
+        (``exact_nnls``) on G = HH' and P = HY' formed in float64, blockwise; on CUDA the
+        model's solver (msm for bpp/cgd), up to max(max_iter, 2000) sweeps, inner_tol
+        1e-9."""
+        import dask.array as da
+
+        dtype = self.dtype
+        if not self.on_gpu:
+            self.dtype = np.dtype(np.float64)
+            try:
+                h64 = self.to_blocks(h)
+                g, p_w = reg.gram_form(*self.w_step_products(h64), "W")
+                x0 = self.to_blocks(start if start is not None else p_w.map_blocks(_zeros_like))
+            finally:
+                self.dtype = dtype
+            wt = da.map_blocks(_exact_block, x0, p_w, g=g, to=dtype, dtype=dtype, meta=self.meta)
+            return wt.persist()
+        g, p_w = reg.gram_form(*self.w_step_products(h), "W")
+        solver = "msm" if p["solver"] in ns.CPU_ONLY else p["solver"]
+        x0 = self.to_blocks(start if start is not None else p_w.map_blocks(_zeros_like))
+        opts = {"omega": p["omega"], "theta": p["theta"], "inner_tol": 1e-9}
+        wt, _ = self.solve_half_step(solver, g, p_w, x0, max(int(p["max_iter"]), 2000), **opts)
+        return wt
 
     def describe(self):
         return {
@@ -329,8 +379,9 @@ class OnDask:
     def _meta3(self):
         return self.meta.reshape(0, 0, 0) if hasattr(self.meta, "reshape") else None
 
-    def objective(self, wt, g_h, p_w):
-        """1/2 ||Y - WH||^2 from G_h = HH' and P_w = HY', as in memory."""
+    def objective(self, wt, h, g_h, p_w):
+        """1/2 ||Y - WH||^2 from G_h = HH' and P_w = HY' in float64 sums, as in memory
+        (from the residual where the expansion is within rounding of ||Y||^2)."""
         nb = len(wt.chunks[1])
         parts = wt.map_blocks(
             _objective_block,
@@ -341,14 +392,16 @@ class OnDask:
             meta=np.empty((0, 0)),
         )
         s = np.asarray(parts.compute()).reshape(nb, 2).sum(axis=0)
-        return 0.5 * max(self.norm2 - 2.0 * float(s[0]) + float(s[1]), 0.0)
+        val = self.norm2 - 2.0 * float(s[0]) + float(s[1])
+        if val <= EXPANSION_ULPS * float(np.finfo(self.dtype).eps) * self.norm2:
+            val = self.exact_error(wt, h) ** 2
+        return 0.5 * max(val, 0.0)
 
     def exact_error(self, wt, h):
-        """||Y - WH||_F: blockwise for dense Y, by the Gram identity for sparse Y."""
+        """||Y - WH||_F, the sum of the blocks' squared residuals (in memory's stable
+        form, :func:`~msm_gpu.factorization.loop.residual_norm2`, dense or sparse)."""
         import dask.array as da
 
-        if self.sparse:
-            return math.sqrt(2.0 * self.objective(wt, *self.w_step_products(h)))
         nr, nc = len(self.rows), len(self.cols)
         parts = da.blockwise(
             _residual_block,
@@ -483,7 +536,7 @@ def _block_statistics(y, *, backend):
         total = float(data.y.data.astype(np.float64).sum())
     else:
         total = float(be.xp.sum(be.xp.astype(data.y, be.xp.float64)))
-    return np.array([[data.norm2, total, float(data.nnz)]])
+    return np.array([[data.norm2, total, float(data.nnz), float(data.nonzeros)]])
 
 
 def _convert(x, *, backend, to):
@@ -509,19 +562,19 @@ def _h_yt_block(h, y, *, backend):
 
 
 def _objective_block(wt, p_w, *, g_h):
+    """(<W_i', P_w,i>, <W_i', G_h W_i'>) of one row block, in float64."""
     xp = namespace(wt)
     g = xp.asarray(g_h) if not is_cupy(wt) else _cupy_asarray(g_h)
-    a = float(xp.sum(wt * p_w))
-    b = float(xp.sum(wt * (g @ wt)))
+    w64, g64 = xp.astype(wt, xp.float64), xp.astype(g, xp.float64)
+    a = float(xp.sum(w64 * xp.astype(p_w, xp.float64)))
+    b = float(xp.sum(w64 * (g64 @ w64)))
     return np.array([[a, b]])
 
 
 def _residual_block(wt, h, y, *, backend):
     be = _backend_for(backend, y, h)
     data = Data(y, be, h.dtype)
-    r = data.y - be.asarray(wt, h.dtype).T @ be.asarray(h, h.dtype)
-    xp = be.xp
-    return np.array([[float(xp.sum(xp.astype(r * r, xp.float64)))]])
+    return np.array([[residual_norm2(data, be.asarray(wt, h.dtype), be.asarray(h, h.dtype))]])
 
 
 def _cupy_asarray(x):
@@ -572,6 +625,13 @@ def _finish_block(x, p, *, g, backend, to):
     if not ns.finish_applies(be, g):
         return x
     return ns.active_set_finish(g, p, x)
+
+
+def _exact_block(x, p, *, g, to):
+    """The exact NNLS of one column block in float64 (host), returned in ``to``."""
+    be = _backend_for("cpu", p)
+    x64 = np.asarray(x, dtype=np.float64)
+    return exact_nnls(be, np.asarray(g, np.float64), np.asarray(p, np.float64), x64).astype(to)
 
 
 def _column_local_block(x, p, *, g, solver, backend, to, max_inner, inner_tol):
