@@ -238,3 +238,10 @@ def test_inverse_transform_is_codes_times_components(X):
     np.testing.assert_allclose(model.inverse_transform(codes), ref, rtol=1e-14)
     with pytest.raises(ValueError, match="n_components = 6 columns"):
         model.inverse_transform(codes[:, :5])
+
+
+def test_data_whose_squares_overflow_are_refused_naming_x(X):
+    """1e300 data gave the solver's message about "max |R|^2 / max |A|", names the user
+    never passed."""
+    with pytest.raises(ValueError, match=r"X has values up to .*overflows float64.*rescale X"):
+        L0DictionaryLearning(n_iter=1).fit(X * 1e300)

@@ -19,7 +19,9 @@ CASES = [
     (mg.SparseLogisticRegression, {}, "predict_proba", (X,)),
     (mg.SparseLogisticRegression, {}, "predict", (X,)),
     (mg.SparseLogisticRegression, {}, "score", (X, Y)),
+    (mg.SparseLogisticRegression, {}, "predict_log_proba", (X,)),
     (mg.L0DictionaryLearning, {"n_components": 16}, "transform", (X,)),
+    (mg.L0DictionaryLearning, {"n_components": 16}, "inverse_transform", (np.ones((12, 16)),)),
 ]
 
 

@@ -170,3 +170,27 @@ def test_max_iter_reached_warns_and_says_so(data):
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
         assert mg.SparseLogisticRegression(alpha=ALPHA).fit(x, y).converged_
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_huge_and_tiny_units_standardise_without_overflow(data, sparse):
+    """The column statistics divide by each column's largest entry before squaring: at
+    1e160 the squares overflowed and the column was left unscaled."""
+    import scipy.sparse as sps
+
+    x, y = data
+    xu = x.copy()
+    xu[:, 1] *= 1e160
+    xu[:, 2] *= 1e-160
+    ours = mg.SparseLogisticRegression(alpha=ALPHA, fit_intercept=False)
+    ours.fit(sps.csr_matrix(xu) if sparse else xu, y)
+    # the same problem on the columns in their own units: the penalty on columns 1 and 2
+    # scaled by 1e-160 and 1e160 (so column 1 free, column 2 held at 0), by liblinear
+    # on x with column 1 scaled by 1e6 (penalty 1e-6: free to 1e-6) and column 2 dropped
+    ref_x = x.copy()
+    ref_x[:, 1] *= 1e6
+    ref = liblinear(ref_x[:, [0, 1, 3, 4]], y, ALPHA)
+    assert ours.converged_ and ours.coef_[0, 2] == 0.0
+    f_ours = objective(xu, y, ours.coef_[0], 0.0, ALPHA)
+    f_ref = objective(ref_x[:, [0, 1, 3, 4]], y, ref.coef_[0], 0.0, ALPHA)
+    assert abs(f_ours - f_ref) <= 1e-5 * f_ref

@@ -370,7 +370,16 @@ class L0DictionaryLearning(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         """Validated X as float64 signals (columns), and the dtype of the outputs."""
         X = validate_X(self, X, reset=reset)
         dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.dtype(np.float64)
-        return np.asarray(X, dtype=np.float64).T, dtype
+        signals = np.asarray(X, dtype=np.float64).T
+        top = float(np.max(np.abs(signals))) if signals.size else 0.0
+        # the objective sums n_samples * n_features squares: it must stay finite
+        limit = np.sqrt(np.finfo(np.float64).max) / max(signals.size, 1)
+        if top > limit:
+            raise ValueError(
+                f"X has values up to {top:.3g}: the sum of their squares overflows float64 "
+                f"(at most {limit:.3g} for X of shape {X.shape}); rescale X"
+            )
+        return signals, dtype
 
     def _code_penalty(self, lam):
         lam = float(lam)

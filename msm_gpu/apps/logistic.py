@@ -318,14 +318,22 @@ def _column_stats(X, weights, *, center):
     xp = module_of(X.data if sparse else X)
     share = xp.asarray(weights, dtype=np.float64)
     share = share / share.sum()
+    # squares of each column divided by its largest entry first: no overflow for any
+    # finite data (a column of 1e160 has a spread of about 1e160, not inf)
     if sparse:
         offset = xp.zeros(X.shape[1])
-        sq = X.multiply(X).T @ share
-        spread = xp.sqrt(xp.asarray(sq, dtype=np.float64).ravel())
+        top = xp.asarray(abs(X).max(axis=0).toarray(), dtype=np.float64).ravel()
+        top = xp.where(top > 0, top, 1.0)
+        unit = X @ _diagonal(X, 1.0 / top)
+        sq = unit.multiply(unit).T @ share
+        spread = top * xp.sqrt(xp.asarray(sq, dtype=np.float64).ravel())
     else:
         x = xp.asarray(X, dtype=np.float64)
         offset = share @ x if center else xp.zeros(X.shape[1])
-        spread = xp.sqrt(share @ (x - offset) ** 2)
+        dev = x - offset
+        top = xp.max(xp.abs(dev), axis=0)
+        top = xp.where(top > 0, top, 1.0)
+        spread = top * xp.sqrt(share @ (dev / top) ** 2)
         if center:
             # a constant column: its deviations are rounding, not spread
             spread = xp.where(spread <= 1e-12 * xp.abs(offset), 0.0, spread)
@@ -337,13 +345,17 @@ def _standardised(X, offset, scale):
     """(X - offset) / scale per column, in X's dtype (a new array; X is not modified)."""
     if hasattr(X, "tocsr"):
         dtype = X.dtype if X.dtype.kind == "f" else np.float64
-        inv = 1.0 / scale
-        if is_cupy(X):
-            import cupyx.scipy.sparse as csp
-
-            return (X @ csp.diags(inv.astype(dtype))).tocsr()
-        import scipy.sparse as sp
-
-        return sp.csr_matrix(X @ sp.diags(inv.astype(dtype)))
+        return (X @ _diagonal(X, (1.0 / scale).astype(dtype))).tocsr()
     dtype = X.dtype if X.dtype.kind == "f" else np.float64
     return ((X - offset.astype(dtype)) / scale.astype(dtype)).astype(dtype, copy=False)
+
+
+def _diagonal(X, values):
+    """A sparse diagonal matrix of ``values`` in the sparse module of X (SciPy or cupyx)."""
+    if is_cupy(X):
+        import cupyx.scipy.sparse as csp
+
+        return csp.diags(values)
+    import scipy.sparse as sp
+
+    return sp.diags(values)
