@@ -17,6 +17,7 @@ from ..arrays import namespace, to_host
 from ..penalties import CODE_BOX
 from ..solvers.nnls_columns import nnls_active_set
 from ..solvers.pwl_active_set import pwl_active_set
+from .design_polish import needs_polish, polish_from_design
 from .face_solves import block_pivoting
 from .faces import Faces
 from .objective import kkt_residual, no_increase
@@ -144,10 +145,14 @@ def finish_columns(
     else:
         faces = Faces(xp, pen_s, n)
         y_start = faces.project(x_in / s)
+    polish = False
     if method == "active_set" and _is_nonnegativity(pen_s):
         # NNLS on the host, small n: Lawson & Hanson per column, in Numba
-        yf, ok, iterations = nnls_active_set(a_s, -r_s, y_start, threads=threads)
+        stats = {}
+        yf, ok, iterations = nnls_active_set(a_s, -r_s, y_start, threads=threads, stats=stats)
         rounds = int(iterations.max(initial=0))
+        # G ill-conditioned: its faces solved again from C (QR), where C is at hand
+        polish = needs_polish(design, stats["cond"])
     elif method == "active_set":
         # every other convex h on the host: the same active set over its pieces
         yf, status, iterations = pwl_active_set(a_s, r_s, faces, y_start, threads=threads)
@@ -206,6 +211,10 @@ def finish_columns(
         x_out = xp.where(keep[None, :], xf, x_in)
         return x_out, _info(xp, solver, rounds, active_iters, 0, keep)
     x_out = xf
+    polished = 0
+    if polish:
+        x_out, polished = polish_from_design(design, to_host(x_out), threads)
+        x_out = xp.asarray(x_out)
     fallback = 0
     kkt = kkt_residual(a64, r64, x_out, penalty)
     todo = xp.nonzero(xp.asarray(kkt > tol))[0]
@@ -242,6 +251,8 @@ def finish_columns(
         kkt[to_host(todo)] = kkt_residual(a64, r64[:, todo], x_out[:, todo], penalty)
     keep, f_out = no_increase(xp, a64, r64, x_in, x_out, penalty, design)
     info = _info(xp, solver, rounds, active_iters, fallback, keep)
+    info["finish_polished"] = bool(polish)
+    info["finish_polished_columns"] = polished
     if bool(xp.all(keep)):  # what the caller would compute again: F and KKT of x_out
         info.update({"_f_design" if design is not None else "_f_columns": f_out})
         info["_kkt_residual"] = kkt

@@ -460,12 +460,24 @@ def _inverse_for_schur(G, L_all):
     threaded LAPACK next to a busy neighbour is slow (docs/development.md, "The CPU
     sweep's threads").
     """
+    return _schur_settings(G.shape[0], *_inverse_and_condition(G, L_all))
+
+
+def _schur_settings(n, h, cond):
+    """What :func:`_inverse_for_schur` returns, from G^{-1} and G's condition number."""
+    if h is None or cond > SCHUR_MAX_COND:
+        return np.zeros((0, 0)), False, 0
+    return h, bool(cond > REFINE_COND), max(2, int(SCHUR_MAX_FRACTION * n))
+
+
+def _inverse_and_condition(G, L_all):
+    """(G^{-1}, ||G||_1 ||G^{-1}||_1) from G's Cholesky factor ``L_all``; (None, inf) where G
+    is not numerically positive definite (``L_all`` empty)."""
     import scipy.linalg
 
     n = G.shape[0]
-    none = np.zeros((0, 0)), False, 0
     if n == 0 or L_all.shape[0] != n:
-        return none
+        return None, np.inf
     if n <= 128:
         h = _inverse_from_factor(L_all)
     else:
@@ -474,13 +486,11 @@ def _inverse_for_schur(G, L_all):
         with blas_controller().limit(limits=1, user_api="blas"):
             inv, info = scipy.linalg.lapack.dpotri(L_all, lower=1)
         if info != 0:
-            return none
+            return None, np.inf
         lower = np.tril(inv)
         h = np.ascontiguousarray(lower + np.tril(lower, -1).T)
-    cond = np.abs(G).sum(axis=0).max() * np.abs(h).sum(axis=0).max()
-    if not np.isfinite(cond) or cond > SCHUR_MAX_COND:
-        return none
-    return h, bool(cond > REFINE_COND), max(2, int(SCHUR_MAX_FRACTION * n))
+    cond = float(np.abs(G).sum(axis=0).max() * np.abs(h).sum(axis=0).max())
+    return h, cond if np.isfinite(cond) else np.inf
 
 
 @njit(nogil=True, fastmath=FAST)
@@ -506,7 +516,7 @@ def _inverse_from_factor(L):
     return h
 
 
-def nnls_active_set(G, P, X0=None, *, tol=1e-12, max_iter=None, threads=None):
+def nnls_active_set(G, P, X0=None, *, tol=1e-12, max_iter=None, threads=None, stats=None):
     """Exact NNLS ``min_{X >= 0} 1/2 tr(X'GX) - tr(X'P)``, every column by Lawson & Hanson's
     active set (block joins), NumPy + Numba.
 
@@ -525,6 +535,9 @@ def nnls_active_set(G, P, X0=None, *, tol=1e-12, max_iter=None, threads=None):
         Iterations (face solves) per column; default ``3 n + 30``.
     threads : int, optional
         Most threads (default: from the work and the CPUs available).
+    stats : dict, optional
+        Filled with ``"cond"``: ||G||_1 ||G^{-1}||_1 (inf where G is not numerically
+        positive definite), which the caller may use to judge the face solves' accuracy.
 
     Returns
     -------
@@ -548,7 +561,10 @@ def nnls_active_set(G, P, X0=None, *, tol=1e-12, max_iter=None, threads=None):
     if c == 0:
         return X, ok, iters
     L_all = _full_factor(G)
-    H, refine, max_k = _inverse_for_schur(G, L_all)
+    h, cond = _inverse_and_condition(G, L_all)
+    H, refine, max_k = _schur_settings(n, h, cond)
+    if stats is not None:
+        stats["cond"] = cond
     # a few face solves of (n/2)^3/6 flops per column: the work that decides the threads
     flops = 4.0 * c * (n**3 / 48.0 + n * n)
     n_threads = sweep_threads(flops, c, thread_cap(threads))
