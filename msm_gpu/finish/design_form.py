@@ -28,6 +28,7 @@ from ..backends.cpu.jit import njit
 from ..backends.cpu.threads import blas_controller
 from ..result import SolveResult
 from ..solvers.design_msm import design_sweeps
+from ..solvers.projected_newton import projected_newton_on_source
 from ..solvers.pwl_active_set import DesignSource, active_set_on_source, column_norms_squared
 from ..solvers.splitting import b_diagonal, relative_splitting, relative_theta
 from .columns import PWL_MAX_N
@@ -158,7 +159,8 @@ def _solve_exact(problem, options, started, gram_fallback):
     )
     swept_at = time.perf_counter()
     # the KKT residual decides the columns the sweeps finished alone; the others go to
-    # the active set in any case (and are measured after it)
+    # a finish in any case (and are measured after it)
+    info = {}
     kkt = np.full(y.shape[1], np.inf)
     alone = np.flatnonzero(~sweeps.to_finish)
     if alone.size:
@@ -171,6 +173,18 @@ def _solve_exact(problem, options, started, gram_fallback):
     finish = rest[:0] if timed_out else rest
     if timed_out:
         status[rest] = 0
+    newton = finish[sweeps.large_face[finish]]
+    if newton.size:
+        # faces too large to factorise: the projected Newton-CG, every round moving any
+        # number of variables; what it leaves unfinished goes on to the active set
+        y[:, newton], pn_status, rounds, cg_iters = projected_newton_on_source(
+            source, d[:, newton], faces, y[:, newton], threads=opts.threads
+        )
+        status[newton] = pn_status
+        info["newton_columns"] = int(newton.size)
+        info["newton_rounds"] = int(rounds.max(initial=0))
+        info["newton_cg_iterations"] = int(cg_iters.max(initial=0))
+        finish = np.setdiff1d(finish, newton[pn_status == 1])
     if finish.size:
         y[:, finish], status[finish], iterations[finish] = active_set_on_source(
             source, d[:, finish], faces, y[:, finish], threads=opts.threads
@@ -185,8 +199,9 @@ def _solve_exact(problem, options, started, gram_fallback):
         "finish": opts.finish,
         "finish_method": "active_set",
         "finish_active_set_iterations": int(iterations.max(initial=0)),
-        "finish_columns": int(finish.size),
+        "finish_columns": int(rest.size if not timed_out else 0),
         "kkt_residual": kkt,
+        **info,
     }
     todo = np.flatnonzero(~converged)
     if todo.size and n <= PWL_MAX_N and not timed_out:

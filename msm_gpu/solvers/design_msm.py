@@ -226,7 +226,8 @@ def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, hi
     when ||x_{k+1} - x_k|| <= tol max(||x_{k+1}||, floor[col]).  ``fun`` holds F at the
     start and gets F at the end; ``history[k]`` gains each column's F after min(k, its
     sweeps).  ``out[col]`` = (sweeps,
-    met tol, hand the column to the active set: 0 or 1).
+    met tol, what finishes the column: 0 nothing, 1 the active set, 2 the projected
+    Newton-CG, its face being too large to factorise).
     """
     tol, nnz = settings[0], settings[1]
     warm, cap = int(settings[2]), int(settings[3])
@@ -318,19 +319,23 @@ def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, hi
         # a column that met tol with few free variables still gets the active set: it is
         # cheap there and exact to rounding
         many = _factor_in_sweeps(x, params, m, nnz) > FACTOR_IN_SWEEPS
-        out[col, 2] = 0 if done and many else 1
+        # a face too large to factorise goes to the projected Newton-CG (2)
+        out[col, 2] = 0 if done and many else (2 if many else 1)
 
 
 @dataclass
 class Sweeps:
     """What :func:`design_sweeps` did, per column: ``n_iter`` sweeps, ``met_tol`` (the
-    step criterion), ``to_finish`` (the active set should take it from here), ``fun`` (F
-    at the end), and ``history`` (the summed F after each sweep, ``cap + 1`` entries; on
+    step criterion), ``to_finish`` (a finish should take it from here), ``large_face``
+    (its face is too large to factorise: the projected Newton-CG of
+    :mod:`msm_gpu.solvers.projected_newton` rather than the active set), ``fun`` (F at
+    the end), and ``history`` (the summed F after each sweep, ``cap + 1`` entries; on
     the working-set road only F at the start)."""
 
     n_iter: np.ndarray
     met_tol: np.ndarray
     to_finish: np.ndarray
+    large_face: np.ndarray
     fun: np.ndarray
     history: np.ndarray
 
@@ -424,7 +429,8 @@ def design_sweeps(
     return Sweeps(
         n_iter=out[:, 0].copy(),
         met_tol=out[:, 1] == 1,
-        to_finish=out[:, 2] == 1,
+        to_finish=out[:, 2] != 0,
+        large_face=out[:, 2] == 2,
         fun=fun,
         history=history.sum(axis=0),
     )

@@ -1,0 +1,124 @@
+"""The design form's projected Newton-CG (faces too large to factorise), checked against
+SciPy / scikit-learn on dense copies: every convex penalty, dense and sparse C, and the
+degenerate sparse designs that defeated the factorised active set (one entry per column,
+duplicated columns, empty columns and rows)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.optimize
+import scipy.sparse
+from test_rank_deficient import PENALTIES, _f, _problem, _reference
+
+import msm_gpu as mg
+from msm_gpu._input.scaling import equilibration, row_scaled_penalty
+from msm_gpu.finish.faces import Faces
+from msm_gpu.solvers.projected_newton import projected_newton_on_source
+from msm_gpu.solvers.pwl_active_set import DesignSource
+
+
+def _newton(c, d, penalty, x0=None, max_rounds=200):
+    """The projected Newton-CG on the column-equilibrated C, in the user's variables."""
+    dense = c.toarray() if scipy.sparse.issparse(c) else c
+    norms = np.sum(dense * dense, axis=0)
+    s = equilibration(norms)
+    n = c.shape[1]
+    faces = Faces(np, row_scaled_penalty(penalty, s), n)
+    y0 = np.zeros((n, 1)) if x0 is None else (x0 / s)[:, None]
+    y, status, rounds, _ = projected_newton_on_source(
+        DesignSource(c, s), d[:, None], faces, y0, max_rounds=max_rounds
+    )
+    return y[:, 0] * s, status[0], rounds[0]
+
+
+def _degenerate(kind, m, n, rng):
+    """Sparse C (CSC) of the kinds named, and d."""
+    if kind == "one_per_column":  # parallel columns: every column is a multiple of e_i
+        rows = rng.integers(0, m, n)
+        c = scipy.sparse.csc_matrix((rng.uniform(0.5, 2.0, n), (rows, np.arange(n))), (m, n))
+    elif kind == "duplicated":
+        half = scipy.sparse.random(m, n // 2, density=0.05, random_state=rng, format="csc")
+        c = scipy.sparse.hstack([half, 2.0 * half], format="csc")
+    elif kind == "empty_rows_and_columns":
+        c = scipy.sparse.random(m, n, density=0.05, random_state=rng, format="lil")
+        c[: m // 5, :] = 0.0
+        c[:, ::7] = 0.0
+        c = c.tocsc()
+        c.eliminate_zeros()
+    else:
+        raise ValueError(kind)
+    return c, rng.uniform(size=m)
+
+
+def _assert_optimal(c, d, x, name):
+    dense = c.toarray() if scipy.sparse.issparse(c) else c
+    f = _f(dense, d, x, name)
+    f_ref = _f(dense, d, _reference(dense, d, name), name)
+    assert f <= f_ref * (1 + 1e-10) + 1e-12 * float(d @ d)
+
+
+@pytest.mark.parametrize("name", sorted(PENALTIES))
+@pytest.mark.parametrize("sparse", [False, True])
+def test_projected_newton_reaches_the_reference_optimum(name, sparse):
+    c, d = _problem("positive", 40, 120, 3)
+    cc = scipy.sparse.csc_matrix(c) if sparse else c
+    x, status, _ = _newton(cc, d, PENALTIES[name])
+    assert status == 1
+    _assert_optimal(c, d, x, name)
+
+
+@pytest.mark.parametrize("kind", ["one_per_column", "duplicated", "empty_rows_and_columns"])
+@pytest.mark.parametrize("name", ["nonneg", "box", "nonneg_l1"])
+def test_projected_newton_on_degenerate_sparse_designs(kind, name):
+    c, d = _degenerate(kind, 50, 160, np.random.default_rng(7))
+    x, status, _ = _newton(c, d, PENALTIES[name])
+    assert status == 1
+    empty = np.diff(c.indptr) == 0
+    assert np.all(x[empty] == 0.0)  # no curvature: the start (0) is kept
+    _assert_optimal(c, d, x, name)
+
+
+@pytest.mark.parametrize("name", sorted(PENALTIES))
+def test_each_round_never_increases_f(name):
+    # one round at a time from a feasible start: F falls or stays (the path search)
+    c, d = _problem("collinear", 30, 90, 11)
+    rng = np.random.default_rng(2)
+    x = np.clip(rng.standard_normal(90), -0.5, 0.5)
+    if name in ("nonneg", "nonneg_l1"):
+        x = np.abs(x)
+    f_prev = _f(c, d, x, name)
+    for _ in range(6):
+        x, status, _ = _newton(c, d, PENALTIES[name], x0=x, max_rounds=1)
+        f = _f(c, d, x, name)
+        assert f <= f_prev * (1 + 1e-13) + 1e-13
+        f_prev = f
+        if status == 1:
+            break
+
+
+def _large_face_problem():
+    # a sparse NNLS whose answer has more free variables than the active set factorises
+    # (its sweeps stall on the face first): the road of the projected Newton-CG
+    rng = np.random.default_rng(1)
+    c = scipy.sparse.random(400, 4000, density=1e-3, format="csc", random_state=rng)
+    return c, rng.uniform(size=400)
+
+
+def test_nnls_on_a_large_sparse_face_takes_the_newton_road_and_is_exact():
+    c, d = _large_face_problem()
+    res = mg.nnls(c, d)
+    assert res.info["representation"] == "design"
+    assert res.info.get("newton_columns") == 1
+    assert res.converged and res.info["kkt_residual"][0] <= 1e-10
+    x_ref = scipy.optimize.nnls(c.toarray(), d, maxiter=50 * 4000)[0]
+    f, f_ref = (0.5 * float(np.sum((c @ v - d) ** 2)) for v in (res.x, x_ref))
+    assert f <= f_ref * (1 + 1e-12)
+    assert np.all(res.x >= 0)
+
+
+def test_the_user_arrays_are_left_alone():
+    c, d = _large_face_problem()
+    c0, d0 = c.copy(), d.copy()
+    mg.nnls(c, d)
+    assert (c != c0).nnz == 0 and np.array_equal(d, d0)
