@@ -15,7 +15,7 @@ Methods (every time includes forming C'C and C'D where the method needs them):
              subset, its time extrapolated to r (marked *)
     bpp      this project's block principal pivoting (apps.nmf_solvers.bpp) from zero
     msm      mg.nnls(C, D, finish=None): the paper's MSM at default options
-    default  mg.nnls(C, D): MSM + the exact finish (msm_gpu/finish.py)
+    default  mg.nnls(C, D): MSM + the exact finish (msm_gpu/finish/run.py)
 
 Times are one run, or the median of 3 where a run takes under 2 s.  Accuracy is measured on
 the scipy subset: objective gap sum_k (F_k - F*_k) / sum_k F*_k and

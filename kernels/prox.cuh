@@ -1,4 +1,4 @@
-// Device prox of the separable penalties (msm_gpu/penalties.py) and the portability
+// Device prox of the separable penalties (msm_gpu/penalties/__init__.py) and the portability
 // macros shared by the MSM kernels.
 //
 // Every row update of an MSM sweep solves the scalar problem
@@ -26,8 +26,8 @@
     type* name = reinterpret_cast<type*>(cuda_emu::dynamic_shared_memory())
 #endif
 
-// Penalty codes come from ONE place, msm_gpu/penalties.py (PENALTY_CODES): the loader
-// (msm_gpu/backends/cuda.py:penalty_prelude) defines MSM_CODE_<NAME> and
+// Penalty codes come from ONE place, msm_gpu/penalties/__init__.py (PENALTY_CODES): the loader
+// (msm_gpu/backends/cuda/backend.py:penalty_prelude) defines MSM_CODE_<NAME> and
 // MSM_FOR_EACH_PENALTY(X) = X(box, MSM_CODE_BOX) X(l1, MSM_CODE_L1) ... before this file.
 #if !defined(MSM_CODE_BOX) || !defined(MSM_CODE_L1) || !defined(MSM_CODE_L0) || \
     !defined(MSM_CODE_LP) || !defined(MSM_FOR_EACH_PENALTY)

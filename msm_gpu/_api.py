@@ -153,7 +153,7 @@ def solve(
     Notes
     -----
     The data are rescaled by powers of two (exact) before the sweeps, so that A, R and
-    x are of order one inside (``msm_gpu/scaling.py``): data from 1e-150 to 1e150 give
+    x are of order one inside (``msm_gpu/_input/scaling.py``): data from 1e-150 to 1e150 give
     the same x (and F scaled accordingly).  A solution or objective whose scale is
     outside the dtype's range is a ValueError naming the scale.
 

@@ -1,4 +1,4 @@
-"""Batched solves and NMF on Dask (msm_gpu/distributed.py, msm_gpu/apps/nmf_dask.py).
+"""Batched solves and NMF on Dask (msm_gpu/dask/solve.py, msm_gpu/dask/nmf.py).
 
 Everything runs on one LocalCluster of two worker processes (module-scoped) and is compared
 with the in-memory call on the same data: columns are independent problems, so the dask

@@ -1,4 +1,4 @@
-"""The exact finish (msm_gpu/finish.py): exact answers against SciPy and brute force.
+"""The exact finish (msm_gpu/finish/run.py): exact answers against SciPy and brute force.
 
 Truth comes from outside the library: scipy.optimize.nnls (on SciPy's own NNLS test
 situations), scipy.optimize.lsq_linear for boxes, and enumeration of every face (sign

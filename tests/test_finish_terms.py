@@ -1,4 +1,4 @@
-"""The compiled host pass of the finish (msm_gpu/finish_terms.py) against the array-API
+"""The compiled host pass of the finish (msm_gpu/finish/terms.py) against the array-API
 code it replaces on the host: the same F, size of terms and KKT residual per column, for
 every penalty; the cold start without a product; other inputs left to the array-API code.
 (The closed-form KKT values in tests/test_finish.py also run through it.)"""

@@ -1,4 +1,4 @@
-"""The per-column active set (msm_gpu/nnls_columns.py) against SciPy, brute force and
+"""The per-column active set (msm_gpu/solvers/nnls_columns.py) against SciPy, brute force and
 Lawson & Hanson's monotonicity."""
 
 import itertools

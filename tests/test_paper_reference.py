@@ -21,7 +21,7 @@ B_jj and C_jj.
 Compared with the reference, from the same X0, after one iteration: (a) the CPU
 backend's Numba sweep at several panel sizes, (b) the emulated CUDA kernel in every layout
 (skipped only without g++), (c) ``msm_gpu.solve(..., max_iter=1, tol=0, finish=None)``,
-which also rescales the data by powers of two (msm_gpu/scaling.py) and must still agree
+which also rescales the data by powers of two (msm_gpu/_input/scaling.py) and must still agree
 to rounding.  theta != 0 and omega != 1 throughout (omega > 1 for convex penalties, < 1
 for nonconvex ones, as the README's convergence conditions allow).
 """

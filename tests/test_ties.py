@@ -4,7 +4,7 @@ The 1-D problem of an MSM row update is ``argmin_t phi(t) = 1/2 b t^2 + w t + h(
 (``a = -w/b``).  For L0 and Lp it can have two global minimisers, t = 0 and a nonzero
 point; the documented rule (README, "Penalties") is that such a tie returns **0**.
 
-Three implementations are checked: the reference ``Penalty.prox`` (msm_gpu/penalties.py),
+Three implementations are checked: the reference ``Penalty.prox`` (msm_gpu/penalties/__init__.py),
 the Numba ``cpu_kernels.prox_scalar`` and the CUDA ``msm_prox`` (kernels/prox.cuh, run on
 the CPU by the g++ emulator of tests/cuda_emu; skipped only without a C++ compiler), and,
 for the ties, also the two *sweeps* (the Numba sweep has its own L0 branch in

@@ -13,7 +13,7 @@ A result file (JSON, under ``docs/benchmarks/``) holds what was measured and whe
                  "hlines": [{"y": 1.5, "label": "target"}], "ylim": [lo, hi]}]
     }
 
-``.. benchmark:: benchmarks/name.json`` renders its provenance (machine, date, command,
+``.. benchmark:: <path of a JSON file>`` renders its provenance (machine, date, command,
 software), the table (``fmt`` is a format string, ``star`` names a boolean field that
 appends ``*``, missing values show as an en dash) and each plot: grouped bars, one group
 per distinct ``x`` (its fields on separate lines, each after its ``x_prefix``); where

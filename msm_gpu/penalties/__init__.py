@@ -328,5 +328,5 @@ def _lp_prox(xp, a, mu, p):
 
 
 #: The one source of the penalty codes: the CUDA kernels get them injected at compile
-#: time (``backends/cuda.py:penalty_prelude``) and every path rejects any other code.
+#: time (``backends/cuda/backend.py:penalty_prelude``) and every path rejects any other code.
 PENALTY_CODES = {"BOX": CODE_BOX, "L1": CODE_L1, "L0": CODE_L0, "LP": CODE_LP}

@@ -15,7 +15,7 @@ so every sweep returns, per column, the terms of this identity (``STAT_QUAD`` an
 ``STAT_HZ``) and the driver updates F column by column.  F(X_0) is computed directly (one
 product with A; none for X_0 = 0 where 0 is feasible: F(0) = 0), and the final F is the
 tracked one; a direct product is used only when F was not tracked (objective not
-recorded, or X_0 outside dom h).  ``tests/test_objective_tracking.py`` checks the
+recorded, or X_0 outside dom h).  ``tests/test_cpu_runtime.py`` checks the
 tracked F against the direct one.
 """
 

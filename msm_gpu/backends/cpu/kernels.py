@@ -1,12 +1,12 @@
 """Numba kernels of the CPU backend: the scalar prox table and the blocked MSM sweep.
 
-The formulas are the same as the reference ones in ``msm_gpu/penalties.py`` and the
+The formulas are the same as the reference ones in ``msm_gpu/penalties/__init__.py`` and the
 device ones in ``kernels/prox.cuh``; the tests check all three against each other.
 
 Layout: the sweep works on the n x m iterate in place (C order, the user's layout), one
 range of columns [c0, c1) per call, so a thread owns a column range and calls
 single-threaded BLAS on it (``gemm_rm``: BLAS with the row stride as leading dimension, no
-packing).  The kernels release the GIL; ``backends/threads.py`` runs column ranges on
+packing).  The kernels release the GIL; ``backends/cpu/threads.py`` runs column ranges on
 a pool of plain threads.
 """
 

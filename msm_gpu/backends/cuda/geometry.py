@@ -15,7 +15,7 @@ The kernels take ``int ncols``: more than :data:`MAX_LAUNCH_COLS` active columns
 split into several launches (:func:`launches`), each with ``gridDim.x < 2**31``; column
 positions and leading dimensions are 64-bit.
 
-The CuPy launcher (``backends/cuda.py``) and the emulator harness (``tests/cuda_emu``) both
+The CuPy launcher (``backends/cuda/backend.py``) and the emulator harness (``tests/cuda_emu``) both
 use these functions; which layout runs is decided by ``model.choose_layout``.
 """
 
