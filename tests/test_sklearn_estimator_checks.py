@@ -46,8 +46,7 @@ CHECKED = {
 }
 
 #: Checks that fail by design, per estimator, with the reason.
-EXPECTED_FAILED = {
-}
+EXPECTED_FAILED = {}
 
 
 def _exported_estimators():
