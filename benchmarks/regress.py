@@ -173,15 +173,17 @@ def nnls_problem(name, r, seed=0):
     return c, np.abs(rng.standard_normal((m, r)))
 
 
-def cell_nnls(name, quick):
-    """``mg.nnls`` over a SciPy loop on one shape (the README's headline table)."""
+def cell_nnls(name, quick, r=None, n_sub=None):
+    """``mg.nnls`` over a SciPy loop on one shape (the README's headline table); ``r`` and
+    ``n_sub`` override the shape's columns and SciPy's subset (a smaller cell for tests)."""
     import scipy.optimize
     import scipy.sparse as sp
 
     import msm_gpu as mg
 
-    m, n, r_full, r_quick, n_sub, kind = NNLS_SHAPES[name]
-    r = r_quick if quick else r_full
+    m, n, r_full, r_quick, sub_default, kind = NNLS_SHAPES[name]
+    r = (r_quick if quick else r_full) if r is None else int(r)
+    n_sub = min(r, sub_default if n_sub is None else int(n_sub))
     c, d = nnls_problem(name, r)
     c_dense = c.toarray() if sp.issparse(c) else c
     sub = d[:, :n_sub]
