@@ -13,6 +13,7 @@ from test_rank_deficient import PENALTIES, _f, _problem, _reference
 
 import msm_gpu as mg
 from msm_gpu._input.scaling import equilibration, row_scaled_penalty
+from msm_gpu.finish import design_form
 from msm_gpu.finish.faces import Faces
 from msm_gpu.solvers.projected_newton import projected_newton_on_source
 from msm_gpu.solvers.pwl_active_set import DesignSource
@@ -105,7 +106,10 @@ def _large_face_problem():
     return c, rng.uniform(size=400)
 
 
-def test_nnls_on_a_large_sparse_face_takes_the_newton_road_and_is_exact():
+def test_nnls_on_a_large_sparse_face_takes_the_newton_road_and_is_exact(monkeypatch):
+    # the road is taken from NEWTON_MIN_FREE free variables (2000: too slow for a quick
+    # test); the same face with the threshold at 0
+    monkeypatch.setattr(design_form, "NEWTON_MIN_FREE", 0)
     c, d = _large_face_problem()
     res = mg.nnls(c, d)
     assert res.info["representation"] == "design"
@@ -115,6 +119,15 @@ def test_nnls_on_a_large_sparse_face_takes_the_newton_road_and_is_exact():
     f, f_ref = (0.5 * float(np.sum((c @ v - d) ** 2)) for v in (res.x, x_ref))
     assert f <= f_ref * (1 + 1e-12)
     assert np.all(res.x >= 0)
+
+
+def test_below_the_threshold_the_active_set_finishes():
+    # a few hundred free variables: the factorised active set is cheaper (measured)
+    c, d = _large_face_problem()
+    res = mg.nnls(c, d)
+    assert np.count_nonzero(res.x) < design_form.NEWTON_MIN_FREE
+    assert "newton_columns" not in res.info and res.info["finish_columns"] == 1
+    assert res.converged and res.info["kkt_residual"][0] <= 1e-10
 
 
 def test_the_user_arrays_are_left_alone():

@@ -206,6 +206,13 @@ def _free_count(x, params):
     return f
 
 
+def free_counts(X, penalty):
+    """:func:`_free_count` of every column of X (n, c) for the penalty's table."""
+    params = np.ascontiguousarray(penalty.table(X.shape[0]), dtype=np.float64)
+    cols = range(X.shape[1])
+    return np.array([_free_count(np.ascontiguousarray(X[:, k]), params) for k in cols], dtype=int)
+
+
 @njit(nogil=True)
 def _factor_in_sweeps(x, params, m, nnz):
     """The active set's factor from x (f^3 / 3 flops, f the free variables, at most m:
