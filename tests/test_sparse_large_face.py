@@ -135,3 +135,22 @@ def test_the_user_arrays_are_left_alone():
     c0, d0 = c.copy(), d.copy()
     mg.nnls(c, d)
     assert (c != c0).nnz == 0 and np.array_equal(d, d0)
+
+
+def test_a_dense_square_face_past_the_cap_goes_to_the_gram_form():
+    # positive C, x_true on 90% of the columns: the design form's active set grew this
+    # face one solve at a time (2287 solves at 1000 x 800); past its cap the Gram form
+    # takes the column from where it stopped, and the answer is SciPy's
+    rng = np.random.default_rng(0)
+    c = np.abs(rng.standard_normal((1000, 800)))
+    x_true = np.abs(rng.standard_normal(800)) * (rng.uniform(size=800) < 0.9)
+    s = c @ x_true
+    d = s + 1e-3 * np.sqrt(np.mean(s**2)) * rng.standard_normal(1000)
+    res = mg.nnls(c, d)
+    assert res.info["representation"] == "design"
+    assert res.info["finish_active_set_iterations"] <= max(48, 800 // design_form.GRAM_AFTER)
+    assert res.info.get("gram_fallback_columns") == 1
+    assert res.converged and res.info["kkt_residual"][0] <= 1e-10
+    x_ref = scipy.optimize.nnls(c, d, maxiter=50 * 800)[0]
+    f, f_ref = (0.5 * float(np.sum((c @ v - d) ** 2)) for v in (res.x, x_ref))
+    assert f <= f_ref * (1 + 1e-12)
