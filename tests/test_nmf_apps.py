@@ -75,10 +75,10 @@ def test_bad_init_and_beta_loss_are_refused():
     Y = np.random.default_rng(4).random((10, 8))
     with pytest.raises(ValueError, match="init must be one of"):
         NMF(2, init="svd").fit(Y)
-    with pytest.raises(ValueError, match="beta_loss='kullback-leibler' is not supported"):
-        NMF(2, beta_loss="kullback-leibler").fit(Y)
-    with pytest.raises(ValueError, match="beta_loss=1 is not supported"):
-        NMF(2, beta_loss=1).fit(Y)
+    with pytest.raises(ValueError, match="solver='hals' minimises the Frobenius loss only"):
+        NMF(2, beta_loss="kullback-leibler", solver="hals").fit(Y)
+    with pytest.raises(ValueError, match="beta_loss"):
+        NMF(2, beta_loss="poisson").fit(Y)
     with pytest.raises(ValueError, match="extrapolation"):
         NMF(2, extrapolation="yes").fit(Y)
     with pytest.raises(TypeError, match="random_state"):

@@ -129,7 +129,9 @@ def _output(model, X):
         (mg.NMF, {"omega": 2.5}, "omega"),
         (mg.NMF, {"max_iter": -1}, "max_iter"),
         (mg.NMF, {"tol": "small"}, "tol"),
-        (mg.NMF, {"solver": "mu"}, "solver"),
+        (mg.NMF, {"solver": "lbfgs"}, "solver"),
+        (mg.NMF, {"alpha_W": -1.0}, "alpha_W"),
+        (mg.NMF, {"l1_ratio": 1.5}, "l1_ratio"),
         (mg.NMF, {"n_components": 0}, "n_components"),
         (mg.NMF, {"backend": "gpu"}, "backend"),
         (mg.NMF, {"extrapolation": "yes"}, "extrapolation"),
@@ -157,7 +159,7 @@ def test_invalid_parameter_is_named(cls, params, bad, data):
         # Names the constraints pass (any string) and the solvers refuse with a message
         # listing the accepted ones.
         (mg.NMF, {"init": "svd"}, "init must be one of"),
-        (mg.NMF, {"beta_loss": "kullback-leibler"}, "Frobenius loss only"),
+        (mg.NMF, {"beta_loss": "kullback-leibler", "solver": "hals"}, "Frobenius loss only"),
         (mg.SparseLogisticRegression, {"penalty": "l2"}, "penalty must be one of"),
     ],
 )

@@ -65,8 +65,10 @@ from sklearn.utils.validation import check_is_fitted
 from .._input.foreign import accepts_foreign_arrays, restore_factors
 from ..backends import get_backend
 from ..dask.solve import is_dask_array
-from ..factorization import solvers as ns
+from ..factorization.beta import beta_value
+from ..factorization.beta_loop import fit_beta, transform_beta
 from ..factorization.loop import (
+    ALL_SOLVERS,
     DEFAULT_THETA,
     Data,
     check_data,
@@ -187,7 +189,7 @@ class NMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     # finer rules (finite values, bool refused for ints).
     _parameter_constraints: dict = {
         "n_components": [Interval(Integral, 1, None, closed="left"), None, StrOptions({"auto"})],
-        "solver": [StrOptions(set(ns.SOLVERS))],
+        "solver": [StrOptions(set(ALL_SOLVERS))],
         "omega": [Interval(Real, 0, 2, closed="neither")],
         "theta": [Interval(Real, 0, None, closed="left")],
         "inner_iter": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left")],
@@ -290,6 +292,10 @@ class NMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         # NaN/inf and negative entries: check_data (in prepare), with its messages
         Y = validate_X(self, Y, reset=True, name="Y", accept_sparse=("csr", "csc"), finite=False)
         params = self.get_params()
+        if _beta_road(params):
+            Wf, Hf, info = fit_beta(Y, params, W, H)
+            self._set_fitted(Hf, info)
+            return Wf
         Yc, data, backend, W0, H0 = prepare(Y, params, W, H)
         e = data.exponent
         reg = Regularization.from_params(params, data.shape).rescaled(e, 2.0)
@@ -361,6 +367,8 @@ class NMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         k, d = self.components_.shape
         if Y.shape[1] != d:
             raise ValueError(f"Y has {Y.shape[1]} features, but NMF was fitted with {d}")
+        if beta_value(params["beta_loss"]) != 2.0:
+            return transform_beta(Y, self.components_, params)
         backend = get_backend(params["backend"], Y, self.components_)
         data = Data(Y, backend, dtype_of(Y), scale_exponent(Y))
         e = data.exponent
@@ -373,6 +381,13 @@ class NMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         """W @ components_ (the reconstruction, m x d)."""
         self._check_fitted()
         return W @ self.components_
+
+
+def _beta_road(params):
+    """Whether a fit goes to :mod:`~msm_gpu.factorization.beta_loop` (a loss other than
+    Frobenius, or the multiplicative updates)."""
+    check_params(params)
+    return beta_value(params["beta_loss"]) != 2.0 or params["solver"] == "mu"
 
 
 @accepts_foreign_arrays("Y", "W", "H", restore=restore_factors, callback=None)

@@ -37,6 +37,7 @@ from ..backends import get_backend
 from ..finish.run import check_finish
 from . import init as nmf_init
 from . import solvers as ns
+from .beta import beta_value
 from .extrapolation import Extrapolation
 from .regularization import Regularization, check_alphas
 
@@ -289,26 +290,34 @@ def use_extrapolation(p):
     return bool(p["extrapolation"])
 
 
-def _check_beta_loss(beta_loss):
-    """Only the Frobenius loss (scikit-learn's ``"frobenius"``, i.e. beta = 2)."""
-    if isinstance(beta_loss, str) and beta_loss == "frobenius":
-        return
-    if isinstance(beta_loss, (int, float)) and not isinstance(beta_loss, bool) and beta_loss == 2:
-        return
-    raise ValueError(
-        f"beta_loss={beta_loss!r} is not supported: this NMF minimises the Frobenius loss "
-        "only (beta_loss='frobenius' or 2); for 'kullback-leibler' or 'itakura-saito' use "
-        "sklearn.decomposition.NMF(solver='mu')"
-    )
+#: Every ``solver`` the estimator takes: the NNLS half-step solvers and "mu", the
+#: multiplicative updates (:mod:`~msm_gpu.factorization.beta_loop`).
+ALL_SOLVERS = (*ns.SOLVERS, "mu")
+
+#: The solvers of a beta-divergence other than Frobenius: "msm" (proximal Newton with MSM
+#: inside) and "mu".
+BETA_SOLVERS = ("msm", "mu")
+
+
+def _check_beta_loss(beta_loss, solver):
+    """A loss name or a finite float; beta != 2 needs a solver that minimises it."""
+    beta = beta_value(beta_loss)
+    if beta != 2.0 and solver not in BETA_SOLVERS:
+        raise ValueError(
+            f"solver={solver!r} minimises the Frobenius loss only; beta_loss={beta_loss!r} "
+            "needs solver='msm' (proximal Newton with MSM inside, the default) or 'mu' "
+            "(multiplicative updates)"
+        )
+    return beta
 
 
 def check_params(p):
     nc = p["n_components"]
     if nc is not None and not (isinstance(nc, str) and nc == "auto"):
         v.check_int(nc, "n_components ('auto', None or an int)", low=1)
-    if p["solver"] not in ns.SOLVERS:
+    if p["solver"] not in ALL_SOLVERS:
         raise ValueError(
-            f"solver must be one of {', '.join(map(repr, ns.SOLVERS))}, got {p['solver']!r}"
+            f"solver must be one of {', '.join(map(repr, ALL_SOLVERS))}, got {p['solver']!r}"
         )
     v.check_real(p["omega"], "omega", low=0.0, high=2.0, low_open=True, high_open=True)
     v.check_real(p["theta"], "theta", low=0.0)
@@ -319,7 +328,7 @@ def check_params(p):
     v.check_real(p["tol"], "tol", low=0.0)
     v.check_time_limit(p["time_limit"])
     nmf_init.check_init(p["init"])
-    _check_beta_loss(p["beta_loss"])
+    _check_beta_loss(p["beta_loss"], p["solver"])
     ex = p["extrapolation"]
     if not (isinstance(ex, bool) or (isinstance(ex, str) and ex == "auto")):
         raise ValueError(f"extrapolation must be 'auto', True or False, got {ex!r}")
@@ -618,28 +627,34 @@ def prepare(Y, params, W=None, H=None):
         )
     dtype = dtype_of(Y)
     data = Data(Y, backend, dtype, scale_exponent(Y))
-    if custom:
-        half = 2.0 ** (-(data.exponent // 2))
+    W0, H0 = start_factors(Y, data.y, params, k, backend, dtype, data.exponent, W, H)
+    return Y, data, backend, W0, H0
+
+
+def start_factors(Y, scaled, params, k, backend, dtype, exponent, W=None, H=None):
+    """(W0, H0) on the backend in ``dtype`` and in the units of Y / 2^e: the user's
+    (``init="custom"``, checked) or scikit-learn's init for Y (``scaled`` = Y / 2^e is
+    used where Y's own scale would under- or overflow)."""
+    m, d = Y.shape
+    if params["init"] == "custom":
+        half = 2.0 ** (-(exponent // 2))
         W0 = _check_factor(W, (m, k), "W", backend, dtype, half)
         H0 = _check_factor(H, (k, d), "H", backend, dtype, half)
-    else:
-        if W is not None or H is not None:
-            warnings.warn(
-                "When init!='custom', provided W or H are ignored. Set init='custom' to use "
-                "them as initialization.",
-                RuntimeWarning,
-                stacklevel=4,
-            )
-        # scikit-learn's factors for Y (its NNDSVD zeroes entries below an absolute 1e-6,
-        # so they are not those of Y / 2^e rescaled), divided by 2^(e/2); from Data's
-        # copy where Y's own scale would under- or overflow
-        source = Y if abs(data.exponent) <= INIT_MAX_EXPONENT else data.y
-        W0, H0 = nmf_init.initialize(source, k, params["init"], params["random_state"])
-        if source is Y:
-            W0, H0 = (_unscaled(x, data.exponent) for x in (W0, H0))
-        W0 = backend.asarray(W0, dtype)
-        H0 = backend.asarray(H0, dtype)
-    return Y, data, backend, W0, H0
+        return W0, H0
+    if W is not None or H is not None:
+        warnings.warn(
+            "When init!='custom', provided W or H are ignored. Set init='custom' to use "
+            "them as initialization.",
+            RuntimeWarning,
+            stacklevel=5,
+        )
+    # scikit-learn's factors for Y (its NNDSVD zeroes entries below an absolute 1e-6, so
+    # they are not those of Y / 2^e rescaled), divided by 2^(e/2)
+    source = Y if abs(exponent) <= INIT_MAX_EXPONENT else scaled
+    W0, H0 = nmf_init.initialize(source, k, params["init"], params["random_state"])
+    if source is Y:
+        W0, H0 = (_unscaled(x, exponent) for x in (W0, H0))
+    return backend.asarray(W0, dtype), backend.asarray(H0, dtype)
 
 
 def _unscaled(x, exponent):

@@ -1,0 +1,503 @@
+"""NMF with a beta-divergence loss (Kullback-Leibler, Itakura-Saito, any beta) on the CPU.
+
+    min_{W, H >= 0}  sum_ij d_beta(Y_ij | (WH)_ij) + penalties (scikit-learn's)
+
+Two solvers alternate the half-steps:
+
+* ``"msm"`` (default): the proximal Newton half-steps of
+  :mod:`~msm_gpu.factorization.newton_kernels` (MSM sweeps on each column's second-order
+  model, Armijo on the divergence), H-step then W-step;
+* ``"mu"``: the multiplicative updates of Lee & Seung (2001) and Fevotte & Idier (2011),
+  W then H, with scikit-learn's formulas (the MM exponent gamma for beta < 1 and beta >
+  2, its EPSILON floors), for parity and comparison.
+
+The objective after each outer iteration comes from the W-step (the Newton kernels
+return each column's value; after ``"mu"`` one evaluation pass).  The stopping rules are
+the Frobenius loop's (``tol`` on the relative decrease, ``max_iter``, ``time_limit``).
+After the loop the W-step is solved to convergence (:func:`solve_w`, also ``transform``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..backends.cpu.threads import blas_controller, run_ranges, sweep_threads, thread_cap
+from . import newton_kernels as nk
+from .loop import Data, is_sparse, stable_objective
+
+#: scikit-learn's floor for WH in the multiplicative updates (``_nmf.EPSILON``, float32's
+#: eps, absolute: here in the units of Y / 2^e).
+EPSILON = float(np.finfo(np.float32).eps)
+
+#: Newton half-steps during the fit: Newton iterations per column and model sweeps per
+#: iteration (measured on the issue-49 KL/IS acceptance data; ``benchmarks/bench_nmf_beta.py``).
+FIT_NEWTON = 1
+FIT_SWEEPS = 10
+FIT_SWEEP_TOL = 0.1
+#: The objective the Newton loop tracks by the measured changes is evaluated afresh
+#: every this many iterations.
+RESYNC = 10
+#: ... and in the exact W-step (fit's last one, ``transform``): to rounding.
+SOLVE_NEWTON = 100
+SOLVE_SWEEPS = 200
+SOLVE_SWEEP_TOL = 1e-8
+#: ... until the Newton step is below this share of x (a row that converges linearly,
+#: as Itakura-Saito's can, would otherwise take all SOLVE_NEWTON iterations).
+SOLVE_STEP_TOL = 1e-9
+
+
+class BetaData:
+    """Y / 2^e for the beta half-steps, float64: its nonzeros by rows and by columns (KL),
+    Y and Y' dense (the kinds that read every entry), or for beta = 2 (``solver="mu"``)
+    Y as stored, with the Frobenius :class:`~msm_gpu.factorization.loop.Data` for the
+    objective."""
+
+    def __init__(self, Y, exponent, beta):
+        self.beta = float(beta)
+        self.kind = nk.kind_of(self.beta)
+        self.shape = tuple(Y.shape)
+        self.exponent = int(exponent)
+        self.fro = None
+        factor = 2.0 ** (-self.exponent)
+        if self.beta == 2.0:
+            from ..backends import get_backend
+
+            self.fro = Data(Y, get_backend("cpu"), np.float64, exponent)
+            y = self.fro.y
+            self.by_rows = y
+            self.by_cols = self.fro.yt if self.fro.sparse else np.ascontiguousarray(y.T)
+            self.nnz = self.fro.nnz
+            total = float(y.data.sum()) if self.fro.sparse else float(y.sum())
+            self.mean = total / (self.shape[0] * self.shape[1])
+        elif self.kind == nk.KIND_KL:
+            y = sp.csr_matrix(Y, dtype=np.float64, copy=True)
+            y.sum_duplicates()
+            y.eliminate_zeros()
+            y.sort_indices()
+            if self.exponent:
+                y.data *= factor
+            self.by_rows = y  # rows of Y: the W-step's columns
+            self.by_cols = y.T.tocsr()  # columns of Y: the H-step's columns
+            self.by_cols.sort_indices()
+            self.nnz = int(y.nnz)
+            self.mean = float(y.data.sum()) / (self.shape[0] * self.shape[1])
+        else:
+            y = Y.toarray() if is_sparse(Y) else np.asarray(Y)
+            y = np.array(y, dtype=np.float64, order="C", copy=True)
+            if self.exponent:
+                y *= factor
+            self.by_rows = y
+            self.by_cols = np.ascontiguousarray(y.T)
+            self.nnz = y.size
+            self.mean = float(y.mean())
+        self.zmin = nk.Z_FLOOR * max(self.mean, 1e-300)
+
+    @property
+    def pattern(self):
+        return self.kind == nk.KIND_KL
+
+
+def newton_half_step(
+    data,
+    side,
+    F,
+    X,
+    l1,
+    l2,
+    *,
+    omega,
+    theta,
+    newton,
+    sweeps,
+    sweep_tol,
+    step_tol=0.0,
+    evaluate=False,
+):
+    """One Newton half-step in place: ``side`` "H" updates X = H' (d x k) for F = W
+    (m x k); "W" updates X = W (m x k) for F = H' (d x k).  Returns the change of each
+    column's q (``evaluate``: q itself, X unchanged) and the (Newton iterations, sweeps,
+    line-search trials) per column."""
+    source = data.by_cols if side == "H" else data.by_rows
+    c, k = X.shape
+    out_f = np.zeros(c)
+    counts = np.zeros((c, 3), dtype=np.int64)
+    fsum = F.sum(axis=0)
+    pattern, dense = nk.kernels(data.kind)
+    args = (float(l1), float(l2), data.zmin, float(omega), float(theta))
+    args += (int(newton), int(sweeps), float(sweep_tol), float(step_tol), bool(evaluate))
+    args += (out_f, counts)
+    if data.pattern:
+        head = (data.beta, F, fsum, source.indptr, source.indices, source.data, X)
+        kernel = pattern
+    else:
+        head = (data.beta, np.ascontiguousarray(F.T), fsum, source, X)
+        kernel = dense
+    # columns in ranges on the sweep threads (the kernels release the GIL): one Newton
+    # iteration costs about nnz (k (k + 5) / 2 multiply-adds + a log and two divisions,
+    # counted as 40)
+    work = float(data.nnz) * (k * (k + 5) / 2 + 40) * max(int(newton), 1)
+    n_threads = sweep_threads(work, c, thread_cap())
+    bounds = np.linspace(0, c, 4 * n_threads + 1 if n_threads > 1 else 2).astype(int)
+
+    def run(i):
+        kernel(*head, int(bounds[i]), int(bounds[i + 1]), *args)
+
+    run_ranges(run, len(bounds) - 1, n_threads)
+    return out_f, counts
+
+
+def penalty(x, l1, l2):
+    """l1 sum(x) + l2/2 ||x||^2."""
+    out = 0.0
+    if l1:
+        out += l1 * float(x.sum())
+    if l2:
+        out += 0.5 * l2 * float(np.vdot(x, x))
+    return out
+
+
+def objective(data, W, Ht, reg):
+    """The divergence of Y from W H' plus both penalties (one evaluation pass)."""
+    if data.fro is not None:
+        wt, h = W.T, Ht.T
+        g_h, p_w = h @ h.T, data.fro.h_yt(h)
+        return stable_objective(data.fro, wt, h, g_h, p_w) + reg.value(wt, h)
+    f_cols, _ = newton_half_step(
+        data, "W", Ht, W, reg.l1_w, reg.l2_w, omega=1.0, theta=0.0, newton=0,
+        sweeps=0, sweep_tol=0.0, evaluate=True,
+    )  # fmt: skip
+    return float(f_cols.sum()) + penalty(Ht, reg.l1_h, reg.l2_h)
+
+
+def divergence(data, W, Ht):
+    """sum_ij d_beta(Y_ij | (WH)_ij) alone (Data's units)."""
+    from .regularization import Regularization
+
+    return objective(data, W, Ht, Regularization())
+
+
+# -- multiplicative updates (scikit-learn's formulas) ------------------------------------------
+
+
+def _gamma(beta):
+    """The MM exponent of Fevotte & Idier (2011), as scikit-learn."""
+    if beta < 1.0:
+        return 1.0 / (2.0 - beta)
+    if beta > 2.0:
+        return 1.0 / (beta - 1.0)
+    return 1.0
+
+
+def _wh(data, W, Ht):
+    """WH where the update needs it: on Y's nonzeros (KL, a CSR of Y's pattern) or dense."""
+    if data.pattern:
+        y = data.by_rows
+        rows = np.repeat(np.arange(y.shape[0]), np.diff(y.indptr))
+        z = np.einsum("ij,ij->i", W[rows], Ht[y.indices])
+        return sp.csr_matrix((z, y.indices, y.indptr), shape=y.shape)
+    return W @ Ht.T
+
+
+def mu_update_w(data, W, Ht, l1, l2):
+    """scikit-learn's ``_multiplicative_update_w`` (update in place, W then clipped for
+    beta < 1 as scikit-learn does)."""
+    beta = data.beta
+    y = data.by_rows
+    if beta == 2.0:
+        numerator = y @ Ht
+        denominator = W @ (Ht.T @ Ht)
+    else:
+        wh = _wh(data, W, Ht)
+        if data.pattern:
+            z = wh.data
+            z[z < EPSILON] = EPSILON
+            wh.data = y.data / z  # KL: Y / WH on the nonzeros
+            numerator = wh @ Ht
+            denominator = np.broadcast_to(Ht.sum(axis=0), W.shape).copy()
+        else:
+            whd = wh.copy()
+            if beta < 1.0:
+                whd[whd < EPSILON] = EPSILON
+            ws = wh
+            if beta < 2.0:
+                ws[ws < EPSILON] = EPSILON
+            if beta == 0.0:
+                ws = y / (ws * ws)
+            else:
+                ws = y * ws ** (beta - 2.0)
+            numerator = ws @ Ht
+            denominator = (whd ** (beta - 1.0)) @ Ht
+    if l1 > 0:
+        denominator = denominator + l1
+    if l2 > 0:
+        denominator = denominator + l2 * W
+    denominator[denominator == 0] = EPSILON
+    delta = numerator / denominator
+    gamma = _gamma(beta)
+    if gamma != 1.0:
+        delta **= gamma
+    W *= delta
+    if beta < 1.0:
+        W[W < np.finfo(np.float64).eps] = 0.0
+
+
+def mu_update_h(data, W, Ht, l1, l2):
+    """scikit-learn's ``_multiplicative_update_h`` on H' (in place)."""
+    beta = data.beta
+    yt = data.by_cols
+    if beta == 2.0:
+        numerator = yt @ W
+        denominator = Ht @ (W.T @ W)
+    else:
+        if data.pattern:
+            whc = _wh_cols(data, W, Ht)
+            z = whc.data
+            z[z < EPSILON] = EPSILON
+            whc.data = yt.data / z
+            numerator = whc @ W
+            wsum = W.sum(axis=0)
+            wsum[wsum == 0] = 1.0
+            denominator = np.broadcast_to(wsum, Ht.shape).copy()
+        else:
+            wh = Ht @ W.T  # (WH)' (d x m)
+            whd = wh.copy()
+            if beta < 1.0:
+                whd[whd < EPSILON] = EPSILON
+            ws = wh
+            if beta < 2.0:
+                ws[ws < EPSILON] = EPSILON
+            if beta == 0.0:
+                ws = yt / (ws * ws)
+            else:
+                ws = yt * ws ** (beta - 2.0)
+            numerator = ws @ W
+            denominator = (whd ** (beta - 1.0)) @ W
+    if l1 > 0:
+        denominator = denominator + l1
+    if l2 > 0:
+        denominator = denominator + l2 * Ht
+    denominator[denominator == 0] = EPSILON
+    delta = numerator / denominator
+    gamma = _gamma(beta)
+    if gamma != 1.0:
+        delta **= gamma
+    Ht *= delta
+    if beta <= 1.0:
+        Ht[Ht < np.finfo(np.float64).eps] = 0.0
+
+
+def _wh_cols(data, W, Ht):
+    """(WH)' on the nonzeros of Y' (the CSR of Y's columns)."""
+    yt = data.by_cols
+    cols = np.repeat(np.arange(yt.shape[0]), np.diff(yt.indptr))
+    z = np.einsum("ij,ij->i", Ht[cols], W[yt.indices])
+    return sp.csr_matrix((z, yt.indices, yt.indptr), shape=yt.shape)
+
+
+# -- the loop -----------------------------------------------------------------------------
+
+
+def alternate_beta(data, W, Ht, p, reg):
+    """The outer loop from W (m x k) and H' (d x k), both float64 C-ordered, updated in
+    place.  Returns W, H' and the info dict (the Frobenius loop's keys)."""
+    solver = p["solver"]
+    tol, max_iter, time_limit = p["tol"], p["max_iter"], p["time_limit"]
+    opts = {"omega": p["omega"], "theta": p["theta"]}
+    fit = {"newton": FIT_NEWTON, "sweeps": FIT_SWEEPS, "sweep_tol": FIT_SWEEP_TOL}
+    if not (isinstance(p["inner_iter"], str) and p["inner_iter"] == "auto"):
+        fit["sweeps"] = int(p["inner_iter"])
+    start = time.perf_counter()
+    with blas_controller().limit(limits=1, user_api="blas"):
+        f = objective(data, W, Ht, reg)
+        history = [(0.0, f)]
+        inner = []
+        message = f"reached max_iter = {max_iter}"
+        converged = False
+        n_iter = 0
+        best = (f, W.copy(), Ht.copy()) if math.isfinite(f) else (math.inf, W.copy(), Ht.copy())
+        while n_iter < max_iter:
+            if solver == "mu":
+                mu_update_w(data, W, Ht, reg.l1_w, reg.l2_w)
+                mu_update_h(data, W, Ht, reg.l1_h, reg.l2_h)
+                f_new = objective(data, W, Ht, reg)
+                counts = (1, 1)
+            else:  # f follows the changes the line searches measured (accurate, and
+                # no pass of its own), evaluated afresh every RESYNC iterations
+                dh, ch = newton_half_step(data, "H", W, Ht, reg.l1_h, reg.l2_h, **opts, **fit)
+                dw, cw = newton_half_step(data, "W", Ht, W, reg.l1_w, reg.l2_w, **opts, **fit)
+                f_new = f + float(dh.sum()) + float(dw.sum())
+                if (n_iter + 1) % RESYNC == 0:
+                    f_new = objective(data, W, Ht, reg)
+                counts = (int(ch[:, 1].sum()), int(cw[:, 1].sum()))
+            n_iter += 1
+            f_prev, f = f, f_new
+            history.append((time.perf_counter() - start, f))
+            inner.append(counts)
+            if not math.isfinite(f):
+                message = f"stopped: the objective is not finite ({f}) after {n_iter} iterations"
+                break
+            if f < best[0]:
+                best = (f, W.copy(), Ht.copy())
+            if tol > 0 and math.isfinite(f_prev) and f_prev - f <= tol * f_prev:
+                message = f"converged: relative decrease of the objective <= tol = {tol:g}"
+                converged = True
+                break
+            if time_limit is not None and time.perf_counter() - start >= time_limit:
+                message = f"reached time_limit = {time_limit:g} s"
+                break
+    f_best, W, Ht = best
+    info = {
+        "n_iter": n_iter,
+        "history": np.asarray(history, dtype=np.float64).reshape(-1, 2),
+        "converged": converged,
+        "message": message,
+        "inner_iterations": np.asarray(inner, dtype=np.int64).reshape(-1, 2),
+        "inner_iter": (fit["sweeps"], fit["sweeps"]),
+        "time": time.perf_counter() - start,
+        "solver": solver,
+        "backend": "cpu",
+        "objective": f_best,
+        "extrapolation": False,
+        "restarts": 0,
+        "rescaled": 0,
+        "beta": data.beta,
+    }
+    return W, Ht, info
+
+
+def solve_w(data, Ht, reg, p, W=None):
+    """W (m x k) minimising the divergence of Y from W H' plus W's penalty, by Newton
+    half-steps to rounding, from W (the fit's) or from scikit-learn's transform start
+    sqrt(mean(Y) / k).  Returns W and the objective (both penalties)."""
+    m, k = data.shape[0], Ht.shape[1]
+    if W is None:
+        W = np.full((m, k), math.sqrt(max(data.mean, 1e-300) / k))
+    else:
+        W = np.array(W, dtype=np.float64, order="C", copy=True)
+    with blas_controller().limit(limits=1, user_api="blas"):
+        newton_half_step(
+            data, "W", Ht, W, reg.l1_w, reg.l2_w, omega=1.0, theta=0.0,
+            newton=SOLVE_NEWTON, sweeps=SOLVE_SWEEPS, sweep_tol=SOLVE_SWEEP_TOL,
+            step_tol=SOLVE_STEP_TOL,
+        )  # fmt: skip
+        f = objective(data, W, Ht, reg)
+    return W, f
+
+
+def check_data_for_beta(Y, beta):
+    """scikit-learn's refusal of zeros for beta <= 0 (their divergence is infinite)."""
+    if beta > 0.0:
+        return
+    if is_sparse(Y):
+        has_zero = Y.nnz < Y.shape[0] * Y.shape[1] or bool((Y.data == 0).any())
+    else:
+        has_zero = bool((np.asarray(Y) == 0).any())
+    if has_zero:
+        raise ValueError(
+            "When beta_loss <= 0 and Y contains zeros, the divergence is infinite and the "
+            "solver may diverge (scikit-learn refuses it too). Please add small values to Y, "
+            "or use a positive beta_loss."
+        )
+
+
+# -- the estimator's two calls -----------------------------------------------------------------
+
+
+def fit_beta(Y, params, W=None, H=None):
+    """``NMF.fit_transform`` for beta != 2 or ``solver="mu"`` (CPU): checks, the start,
+    the loop, the exact last W-step.  Returns W (m x k), H (k x d) in Y's units and
+    dtype (NumPy) and the info dict (objective and history in Y's units)."""
+    from .beta import beta_value
+    from .loop import (
+        check_data,
+        check_params,
+        dtype_of,
+        exact_w_step,
+        history_in_user_units,
+        n_components,
+        scale_exponent,
+        start_factors,
+    )
+    from .regularization import Regularization
+
+    check_params(params)
+    beta = beta_value(params["beta_loss"])
+    Y = check_data(Y)
+    check_data_for_beta(Y, beta)
+    backend = _host_backend(params, Y)
+    m, d = Y.shape
+    k = n_components(params, m, d, H if params["init"] == "custom" else None)
+    dtype = dtype_of(Y)
+    e = scale_exponent(Y)
+    data = BetaData(Y, e, beta)
+    W0, H0 = start_factors(Y, data.by_rows, params, k, backend, dtype, e, W, H)
+    Wx = np.array(W0, dtype=np.float64, order="C")
+    Ht = np.array(np.asarray(H0).T, dtype=np.float64, order="C")
+    reg = Regularization.from_params(params, (m, d)).rescaled(e, beta)
+    Wx, Ht, info = alternate_beta(data, Wx, Ht, params, reg)
+    # the last W-step solved to convergence: fit_transform(Y) is transform(Y)
+    info["objective_loop"] = info["objective"]
+    if data.fro is not None:
+        wt = exact_w_step(data.fro, backend, np.ascontiguousarray(Ht.T), params, reg, Wx.T)
+        Wx = np.ascontiguousarray(wt.T)
+        info["objective"] = objective(data, Wx, Ht, reg)
+        loss = objective(data, Wx, Ht, Regularization())
+    else:
+        Wx, info["objective"] = solve_w(data, Ht, reg, params, Wx)
+        loss = divergence(data, Wx, Ht)
+    scale = beta * e
+    info["reconstruction_err"] = _times_exp2(math.sqrt(2.0 * max(loss, 0.0)), 0.5 * scale)
+    info["objective"] = _times_exp2(info["objective"], scale)
+    info["objective_loop"] = _times_exp2(info["objective_loop"], scale)
+    info["history"] = history_in_user_units(info["history"], e, beta)
+    half = 2.0 ** (e // 2)
+    W_out = np.ascontiguousarray(Wx * half, dtype=dtype)
+    H_out = np.ascontiguousarray(Ht.T * half, dtype=dtype)
+    return W_out, H_out, info
+
+
+def transform_beta(Y, components, params):
+    """``NMF.transform`` for beta != 2 (CPU): W for the fitted H by Newton to rounding,
+    from scikit-learn's transform start, in Y's units and dtype."""
+    from .beta import beta_value
+    from .loop import check_data, dtype_of, scale_exponent
+    from .regularization import Regularization
+
+    beta = beta_value(params["beta_loss"])
+    Y = check_data(Y)
+    check_data_for_beta(Y, beta)
+    _host_backend(params, Y)
+    e = scale_exponent(Y)
+    data = BetaData(Y, e, beta)
+    half = 2.0 ** (e // 2)
+    Ht = np.array(np.asarray(components).T, dtype=np.float64, order="C") / half
+    reg = Regularization.from_params(params, Y.shape).rescaled(e, beta)
+    Wx, _ = solve_w(data, Ht, reg, params)
+    return np.ascontiguousarray(Wx * half, dtype=dtype_of(Y))
+
+
+def _times_exp2(x, n):
+    """x * 2^n for a float n (inf where that overflows)."""
+    if not n:
+        return float(x)
+    with np.errstate(over="ignore"):
+        return float(np.float64(x) * np.exp2(n))
+
+
+def _host_backend(params, Y):
+    """The CPU backend; beta-divergence NMF and ``solver="mu"`` run on the host only."""
+    from ..arrays import is_cupy
+    from ..backends import get_backend
+
+    name = params["backend"]
+    if (isinstance(name, str) and name.lower() == "cuda") or is_cupy(Y):
+        raise ValueError(
+            f"beta_loss={params['beta_loss']!r} with solver={params['solver']!r} runs on the "
+            "CPU only (NumPy or SciPy input, backend='cpu' or 'auto'); the GPU road "
+            "minimises the Frobenius loss"
+        )
+    return get_backend("cpu")

@@ -1,0 +1,400 @@
+"""Compiled half-steps of beta-divergence NMF: proximal Newton with MSM sweeps inside.
+
+A half-step updates every column x (k) of one factor with the other factor F (n x k)
+fixed; each column is its own problem (the paper's batched shape)
+
+    min_{x >= 0}  q(x) = sum_i d_beta(v_i | z_i) + l1 sum(x) + l2/2 ||x||^2,   z = F x,
+
+with v the column of the data (H-step: a column of Y, F = W; W-step: a row of Y, F = H').
+Each Newton iteration is the paper's section on non-quadratic q (Tseng & Yun 2009):
+
+1. the second-order model of q at x: gradient g = F' phi'(z) + l1 + l2 x and curvature
+   A = F' diag(w) F + l2 I.  For beta in [1, 2] (Kullback-Leibler included) phi is convex
+   in z and w = phi''(z); elsewhere phi'' is negative where z is far above v, and w is
+   the larger of phi'' and Fisher's curvature z^(beta-2) (the expected phi'' when v has
+   mean z; issue 49's measurements in ``benchmarks/bench_nmf_beta.py``), so that A is
+   positive definite and the model's step a descent direction;
+2. the model min_{y >= 0} g'(y - x) + 1/2 (y - x)'A(y - x) by MSM sweeps from y = x (paper,
+   eq. (4): B = L + (D + theta I) / omega, theta relative to mean(diag A)), at most
+   ``max_sweeps`` of them, stopped once a sweep moves y by ``sweep_tol`` times the
+   first one's move (a column stops when y - x is at most ``step_tol`` max(x, y));
+3. x + t (y - x) with Armijo's rule (sigma = 1e-4, t halved), t first capped below the
+   barrier where some z_i with v_i > 0 would reach 0 (beta <= 1).  The rule reads the
+   change of q, sum_i [phi(z_i + t u_i) - phi(z_i)] with u = F (y - x), written with
+   log1p / expm1 of t u_i / z_i: accurate for the small steps near a solution, and one
+   logarithm per entry and trial (q itself is never formed in the iterations).
+
+q decreases at every accepted step; a column whose predicted decrease g'(y - x) is below
+the rounding of the gradient's products stops.  The Kullback-Leibler kind reads only the
+nonzeros of v: with colsum(F) = fsum the loss is fsum'x + sum_{v_i > 0} (v_i log(v_i /
+z_i) - v_i) (0 log 0 = 0, as scikit-learn), so a sparse Y costs O(nnz k^2) per half-step,
+and a dense Y is given in the same form (same data, same numbers).  The other kinds read
+every entry.  Each kind is compiled on its own (the kind is a constant of its kernels).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..backends.cpu.jit import njit
+
+#: Kinds of loss the kernels know (the general one takes beta).
+KIND_KL = 1
+KIND_IS = 0
+KIND_BETA = 2
+
+#: LLVM may reassociate sums (vectorised dot products; without it every reduction is a
+#: serial chain) and contract multiply-adds, but keeps IEEE infinities and NaNs (the
+#: barrier's +inf values): not Numba's full fastmath.
+FAST = {"reassoc", "contract"}
+
+SIGMA = 1e-4  # Armijo constant
+MAX_HALVINGS = 40
+#: A predicted decrease below this many rounding units of the gradient's products ends
+#: a column's iterations.
+ROUNDING_ULPS = 64.0
+EPS = float(np.finfo(np.float64).eps)
+#: Derivatives are evaluated at max(z, Z_FLOOR * mean(Y)) (q itself at z): a zero z_i (a
+#: zero row of F) must not make them infinite.
+Z_FLOOR = 1e-12
+
+
+def kind_of(beta):
+    """The kernel kind of a beta (KL, IS or the general one)."""
+    if beta == 1.0:
+        return KIND_KL
+    if beta == 0.0:
+        return KIND_IS
+    return KIND_BETA
+
+
+def _make(kind):
+    """The kernels of one kind (a closure constant: Numba drops the other kinds' code)."""
+
+    @njit(nogil=True, fastmath=FAST)
+    def entry_value(beta, v, z):
+        """d_beta(v | z) of one entry, +inf where z <= 0 makes it infinite; the KL kind
+        omits + z (the caller adds fsum'x for all entries)."""
+        if kind == KIND_KL:
+            if v <= 0.0:
+                return 0.0
+            if z <= 0.0:
+                return np.inf
+            return v * math.log(v / z) - v
+        if kind == KIND_IS:
+            if z <= 0.0:
+                return np.inf
+            r = v / z
+            return (r - 1.0) - math.log1p(r - 1.0)
+        if z <= 0.0:
+            if beta <= 0.0 or (beta < 1.0 and v > 0.0):
+                return np.inf
+            z = 0.0
+        zb = z**beta
+        if v > 0.0:
+            return (v**beta + (beta - 1.0) * zb - beta * v * z ** (beta - 1.0)) / (
+                beta * (beta - 1.0)
+            )
+        return zb / beta
+
+    @njit(nogil=True, fastmath=FAST)
+    def values(beta, vals, z, cnt, x, fsum, l1, l2):
+        """q(x) of one column from z = F x on its entries."""
+        total = 0.0
+        for i in range(cnt):
+            total += entry_value(beta, vals[i], z[i])
+        for t in range(x.shape[0]):
+            total += l1 * x[t] + 0.5 * l2 * x[t] * x[t]
+            if kind == KIND_KL:
+                total += fsum[t] * x[t]
+        return total
+
+    @njit(nogil=True, fastmath=FAST)
+    def derivatives(beta, vals, z, cnt, zmin, d1, d2, iz, zb):
+        """phi'(z), the model's weights w and 1/z (and z^beta) at max(z, zmin)."""
+        for i in range(cnt):
+            zi = z[i] if z[i] > zmin else zmin
+            inv = 1.0 / zi
+            iz[i] = inv
+            v = vals[i]
+            if kind == KIND_KL:
+                r = v * inv
+                d1[i] = -r  # the + 1 of phi' is fsum, added by the caller
+                d2[i] = r * inv
+            elif kind == KIND_IS:
+                r = v * inv
+                d1[i] = (1.0 - r) * inv
+                fisher = inv * inv
+                true = (2.0 * r - 1.0) * fisher
+                d2[i] = true if true > fisher else fisher
+            else:
+                p = zi**beta
+                zb[i] = p
+                p1 = p * inv  # z^(beta-1)
+                d1[i] = p1 - v * p1 * inv
+                fisher = p1 * inv  # z^(beta-2)
+                true = fisher * ((beta - 1.0) - (beta - 2.0) * v * inv)
+                if beta >= 1.0 and beta <= 2.0:
+                    d2[i] = true if true > 0.0 else 0.0
+                else:
+                    d2[i] = true if true > fisher else fisher
+
+    @njit(nogil=True, fastmath=FAST)
+    def change(beta, vals, z, u, iz, zb, cnt, step, zmin):
+        """sum_i phi(z_i + step u_i) - phi(z_i) (the data part of q's change)."""
+        total = 0.0
+        for i in range(cnt):
+            v = vals[i]
+            su = step * u[i]
+            if su == 0.0:
+                continue
+            if z[i] <= zmin:  # the ratio form needs z > 0: values directly
+                total += entry_value(beta, v, z[i] + su) - entry_value(beta, v, z[i])
+                continue
+            rel = su * iz[i]
+            if rel <= -1.0:
+                return np.inf
+            lg = math.log1p(rel)
+            if kind == KIND_KL:
+                total -= v * lg
+            elif kind == KIND_IS:
+                total += v * (1.0 / (z[i] + su) - iz[i]) + lg
+            else:
+                part = (beta - 1.0) * zb[i] * math.expm1(beta * lg)
+                if v > 0.0:
+                    part -= beta * v * zb[i] * iz[i] * math.expm1((beta - 1.0) * lg)
+                total += part / (beta * (beta - 1.0))
+        return total
+
+    @njit(nogil=True, fastmath=FAST)
+    def model_sweeps(a, g, x, y, b, k, omega, theta, max_sweeps, sweep_tol):
+        """MSM sweeps on min_{y >= 0} (g - A x)'y + 1/2 y'Ay from y = x (y overwritten).
+        Returns the number of sweeps."""
+        for t in range(k):
+            acc = g[t]
+            for s in range(k):
+                acc -= a[t, s] * x[s]
+            b[t] = acc
+            y[t] = x[t]
+        mean_diag = 0.0
+        for t in range(k):
+            mean_diag += a[t, t]
+        theta_abs = theta * mean_diag / k
+        first = -1.0
+        done = 0
+        for _ in range(max_sweeps):
+            moved = 0.0
+            for t in range(k):
+                grad = b[t]
+                for s in range(k):
+                    grad += a[t, s] * y[s]
+                bt = (a[t, t] + theta_abs) / omega
+                if bt > 0.0:
+                    new = y[t] - grad / bt
+                    if new < 0.0:
+                        new = 0.0
+                elif grad > 0.0:  # no curvature, rising: the minimum is at the bound
+                    new = 0.0
+                else:  # no curvature, falling or flat: no finite step here
+                    continue
+                diff = new - y[t]
+                moved += diff * diff
+                y[t] = new
+            done += 1
+            if first < 0.0:
+                first = moved
+                if moved == 0.0:
+                    break
+            elif moved <= sweep_tol * sweep_tol * first:
+                break
+        return done
+
+    @njit(nogil=True, fastmath=FAST)
+    def column(beta, ft, vals, cnt, x, fsum, l1, l2, zmin, omega, theta, max_newton,
+               max_sweeps, sweep_tol, step_tol, z, d1, d2, iz, zb, u, wrk, a, g, y, b, d,
+               counts):  # fmt: skip
+        """Proximal Newton on one column from x (updated in place); ``ft`` (k x cnt) holds
+        F's rows of the column's entries, transposed.  Returns the change of q;
+        ``counts`` gets (Newton iterations, sweeps, line-search trials)."""
+        k = x.shape[0]
+        for i in range(cnt):
+            z[i] = 0.0
+        for t in range(k):
+            xt = x[t]
+            if xt != 0.0:
+                for i in range(cnt):
+                    z[i] += ft[t, i] * xt
+        total = 0.0
+        n_newton = n_sweeps = n_trials = 0
+        for _ in range(max_newton):
+            derivatives(beta, vals, z, cnt, zmin, d1, d2, iz, zb)
+            for t in range(k):
+                acc = 0.0
+                for i in range(cnt):
+                    acc += ft[t, i] * d1[i]
+                if kind == KIND_KL:
+                    acc += fsum[t]
+                g[t] = acc + l1 + l2 * x[t]
+            for t in range(k):
+                for i in range(cnt):
+                    wrk[i] = ft[t, i] * d2[i]
+                for s in range(t + 1):
+                    acc = 0.0
+                    for i in range(cnt):
+                        acc += wrk[i] * ft[s, i]
+                    a[t, s] = acc
+                    a[s, t] = acc
+                a[t, t] += l2
+            n_sweeps += model_sweeps(a, g, x, y, b, k, omega, theta, max_sweeps, sweep_tol)
+            n_newton += 1
+            delta = 0.0
+            size = 0.0
+            for t in range(k):
+                d[t] = y[t] - x[t]
+                delta += g[t] * d[t]
+                size += abs(g[t]) * (x[t] + abs(d[t]))
+            if not delta < -ROUNDING_ULPS * EPS * size:
+                break  # no descent above rounding left: this column is done
+            big = 0.0
+            move = 0.0
+            for t in range(k):
+                big = max(big, x[t], y[t])
+                move = max(move, abs(d[t]))
+            if move <= step_tol * big:
+                break  # the model's step is below the asked relative size
+            for i in range(cnt):
+                u[i] = 0.0
+            for t in range(k):
+                dt = d[t]
+                if dt != 0.0:
+                    for i in range(cnt):
+                        u[i] += ft[t, i] * dt
+            step = 1.0
+            if kind != KIND_BETA or beta < 1.0:  # the barrier z_i > 0 where v_i > 0
+                for i in range(cnt):
+                    if u[i] < 0.0 and vals[i] > 0.0 and z[i] > 0.0:
+                        limit = -z[i] / u[i]
+                        if 0.99 * limit < step:
+                            step = 0.99 * limit
+            accepted = False
+            df = 0.0
+            for _ in range(MAX_HALVINGS):
+                n_trials += 1
+                df = change(beta, vals, z, u, iz, zb, cnt, step, zmin)
+                for t in range(k):
+                    sd = step * d[t]
+                    df += sd * (l1 + l2 * (x[t] + 0.5 * sd))
+                    if kind == KIND_KL:
+                        df += fsum[t] * sd
+                if df <= SIGMA * step * delta:
+                    accepted = True
+                    break
+                step *= 0.5
+            if not accepted:
+                break
+            for t in range(k):
+                xt = x[t] + step * d[t]
+                x[t] = xt if xt > 0.0 else 0.0
+            for i in range(cnt):
+                z[i] += step * u[i]
+            total += df
+        counts[0] = n_newton
+        counts[1] = n_sweeps
+        counts[2] = n_trials
+        return total
+
+    @njit(nogil=True, fastmath=FAST)
+    def pattern(beta, f_rows, fsum, indptr, indices, values_, xs, c0, c1, l1, l2, zmin,
+                omega, theta, max_newton, max_sweeps, sweep_tol, step_tol, evaluate, out_f,
+                out_counts):  # fmt: skip
+        """Columns c0..c1-1 reading only the stored entries of each column: column j's
+        are ``values_[indptr[j]:indptr[j+1]]`` in rows ``indices[...]``; ``f_rows`` is F
+        (n x k), ``xs`` the factor (c x k, row j = column j's x), updated in place.
+        ``out_f[j]``: the change of q (or q itself, ``evaluate``: no iteration)."""
+        k = xs.shape[1]
+        longest = 1
+        for j in range(c0, c1):
+            longest = max(longest, indptr[j + 1] - indptr[j])
+        ft = np.empty((k, longest))
+        z, d1, d2 = np.empty(longest), np.empty(longest), np.empty(longest)
+        iz, zb, u, wrk = np.empty(longest), np.empty(longest), np.empty(longest), np.empty(longest)
+        vals = np.empty(longest)
+        a = np.empty((k, k))
+        g, y, b, d, x = np.empty(k), np.empty(k), np.empty(k), np.empty(k), np.empty(k)
+        counts = np.zeros(3, dtype=np.int64)
+        for j in range(c0, c1):
+            p0 = indptr[j]
+            cnt = indptr[j + 1] - p0
+            for q in range(cnt):
+                row = indices[p0 + q]
+                vals[q] = values_[p0 + q]
+                for t in range(k):
+                    ft[t, q] = f_rows[row, t]
+            for t in range(k):
+                x[t] = xs[j, t]
+            if evaluate:
+                for i in range(cnt):
+                    acc = 0.0
+                    for t in range(k):
+                        acc += ft[t, i] * x[t]
+                    z[i] = acc
+                out_f[j] = values(beta, vals, z, cnt, x, fsum, l1, l2)
+                continue
+            out_f[j] = column(
+                beta, ft, vals, cnt, x, fsum, l1, l2, zmin, omega, theta, max_newton,
+                max_sweeps, sweep_tol, step_tol, z, d1, d2, iz, zb, u, wrk, a, g, y, b, d,
+                counts,
+            )  # fmt: skip
+            for t in range(k):
+                xs[j, t] = x[t]
+            for q in range(3):
+                out_counts[j, q] = counts[q]
+
+    @njit(nogil=True, fastmath=FAST)
+    def dense(beta, f_t, fsum, v, xs, c0, c1, l1, l2, zmin, omega, theta, max_newton,
+              max_sweeps, sweep_tol, step_tol, evaluate, out_f, out_counts):  # fmt: skip
+        """Columns c0..c1-1 reading every entry: column j's data is ``v[j]`` (c x n, C
+        order) and ``f_t`` is F' (k x n), read in place."""
+        k = xs.shape[1]
+        n = v.shape[1]
+        m = max(n, 1)
+        z, d1, d2 = np.empty(m), np.empty(m), np.empty(m)
+        iz, zb, u, wrk = np.empty(m), np.empty(m), np.empty(m), np.empty(m)
+        a = np.empty((k, k))
+        g, y, b, d, x = np.empty(k), np.empty(k), np.empty(k), np.empty(k), np.empty(k)
+        counts = np.zeros(3, dtype=np.int64)
+        for j in range(c0, c1):
+            for t in range(k):
+                x[t] = xs[j, t]
+            vj = v[j]
+            if evaluate:
+                for i in range(n):
+                    z[i] = 0.0
+                for t in range(k):
+                    for i in range(n):
+                        z[i] += f_t[t, i] * x[t]
+                out_f[j] = values(beta, vj, z, n, x, fsum, l1, l2)
+                continue
+            out_f[j] = column(
+                beta, f_t, vj, n, x, fsum, l1, l2, zmin, omega, theta, max_newton,
+                max_sweeps, sweep_tol, step_tol, z, d1, d2, iz, zb, u, wrk, a, g, y, b, d,
+                counts,
+            )  # fmt: skip
+            for t in range(k):
+                xs[j, t] = x[t]
+            for q in range(3):
+                out_counts[j, q] = counts[q]
+
+    return pattern, dense
+
+
+_KERNELS = {}
+
+
+def kernels(kind):
+    """(pattern, dense) compiled for ``kind`` (made on first use)."""
+    if kind not in _KERNELS:
+        _KERNELS[kind] = _make(int(kind))
+    return _KERNELS[kind]

@@ -1,0 +1,227 @@
+"""Beta-divergence NMF (issue 49): losses, the Newton half-steps, the multiplicative
+updates and regularisation, each against scikit-learn or an independent solver."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.optimize
+import scipy.sparse as sp
+from sklearn.decomposition import NMF as SkNMF
+from sklearn.decomposition._nmf import _beta_divergence, _initialize_nmf
+from sklearn.exceptions import ConvergenceWarning
+
+import msm_gpu as mg
+from msm_gpu.factorization import beta_loop as bl
+from msm_gpu.factorization.regularization import Regularization
+
+LOSSES = {"kullback-leibler": 1.0, "itakura-saito": 0.0}
+
+
+@pytest.fixture(autouse=True)
+def _quiet_max_iter():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        yield
+
+
+def counts(m=40, d=50, k=4, seed=0):
+    """Poisson counts of a rank-k intensity, about half of them zero."""
+    rng = np.random.default_rng(seed)
+    return rng.poisson(rng.gamma(1.0, 1.0, (m, k)) @ rng.gamma(0.3, 1.0, (k, d))).astype(float)
+
+
+def positive(m=40, d=50, k=4, seed=0):
+    """A positive matrix with multiplicative (exponential) noise: Itakura-Saito's model."""
+    rng = np.random.default_rng(seed)
+    return (rng.random((m, k)) @ rng.random((k, d)) + 0.05) * rng.exponential(1.0, (m, d))
+
+
+# -- the loss ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("beta", [1.0, 0.0, 0.5, 1.5, 3.0])
+def test_divergence_is_scikit_learns(beta):
+    Y = positive() if beta <= 0 else counts()
+    rng = np.random.default_rng(1)
+    W, H = rng.random((40, 3)) + 0.1, rng.random((3, 50)) + 0.1
+    data = bl.BetaData(Y, 0, beta)
+    got = bl.divergence(data, np.ascontiguousarray(W), np.ascontiguousarray(H.T))
+    assert got == pytest.approx(_beta_divergence(Y, W, H, beta), rel=1e-10)
+
+
+def test_reconstruction_err_is_scikit_learns_square_root():
+    Y = counts()
+    for loss in ("kullback-leibler", 1.5):
+        model = mg.NMF(4, beta_loss=loss, random_state=0, max_iter=30)
+        W = model.fit_transform(Y)
+        want = _beta_divergence(Y, W, model.components_, loss, square_root=True)
+        assert model.reconstruction_err_ == pytest.approx(want, rel=1e-10)
+
+
+# -- the Newton half-step --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("beta", [1.0, 1.5])
+def test_newton_half_step_solves_the_convex_column_problems(beta):
+    # KL and beta = 1.5 are convex in H for fixed W: the exact half-step is each column's
+    # minimiser.  Checked by its KKT conditions (gradient W'phi'(WH) zero where H > 0,
+    # nonnegative where H = 0) and against L-BFGS-B (bounds x >= 0), which it must match
+    # or beat (L-BFGS-B stops at x = 0 for some beta = 1.5 columns, where phi' is -inf)
+    Y = counts(30, 8, seed=2)
+    rng = np.random.default_rng(3)
+    W = rng.random((30, 3)) + 0.2
+    data = bl.BetaData(Y, 0, beta)
+    Ht = np.full((8, 3), 0.5)
+    bl.newton_half_step(data, "H", W, Ht, 0.0, 0.0, omega=1.0, theta=0.0, newton=100,
+                        sweeps=200, sweep_tol=1e-10, step_tol=1e-12)  # fmt: skip
+    Z = W @ Ht.T
+    grad = W.T @ (Z ** (beta - 1) - Y * Z ** (beta - 2))  # k x d
+    scale = W.T @ (Z ** (beta - 1) + Y * Z ** (beta - 2))
+    kkt = np.where(Ht.T > 0, np.abs(grad), np.maximum(-grad, 0.0)) / scale
+    assert kkt.max() < 1e-8, kkt.max()
+    for j in range(8):
+
+        def f(x, j=j):
+            return _beta_divergence(Y[:, [j]], W, x[:, None], beta)
+
+        ref = scipy.optimize.minimize(
+            f, np.full(3, 0.5), method="L-BFGS-B", bounds=[(0, None)] * 3,
+            options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 10000},
+        )  # fmt: skip
+        assert f(Ht[j]) <= ref.fun + 1e-9 * abs(ref.fun)
+
+
+def test_tracked_objective_is_the_true_one():
+    # the loop follows q by the changes its line searches measure (log1p forms) and
+    # evaluates it afresh every RESYNC iterations: both agree with a direct evaluation
+    for Y, beta in ((counts(), 1.0), (positive(), 0.0), (counts(), 1.5)):
+        data = bl.BetaData(Y, 0, beta)
+        W0, H0 = _initialize_nmf(Y, 4, init="nndsvda", random_state=0)
+        p = mg.NMF(4, beta_loss=beta, tol=0, max_iter=13).get_params()
+        W, Ht = np.ascontiguousarray(W0), np.ascontiguousarray(H0.T)
+        W, Ht, info = bl.alternate_beta(data, W, Ht, p, Regularization())
+        f = info["history"][:, 1]
+        assert np.all(np.diff(f) <= 1e-12 * f[0]), beta  # every half-step is a descent
+        direct = _beta_divergence(Y, W, Ht.T, beta)
+        assert f[-1] == pytest.approx(direct, rel=1e-9), beta
+
+
+# -- fits against scikit-learn --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("loss", ["kullback-leibler", "itakura-saito", 0.5, 1.5])
+def test_fit_reaches_scikit_learns_multiplicative_updates(loss):
+    beta = LOSSES.get(loss, loss)
+    Y = positive(seed=4) if beta <= 0.5 else counts(seed=4)
+    W0, H0 = _initialize_nmf(Y, 4, init="nndsvda", random_state=0)
+    sk = SkNMF(4, init="custom", solver="mu", beta_loss=loss, max_iter=2000, tol=1e-8)
+    W_sk = sk.fit_transform(Y, W=W0.copy(), H=H0.copy())
+    f_sk = _beta_divergence(Y, W_sk, sk.components_, loss)
+    model = mg.NMF(4, init="custom", beta_loss=loss, tol=1e-8, max_iter=2000)
+    W = model.fit_transform(Y, W=W0, H=H0)
+    f = _beta_divergence(Y, W, model.components_, loss)
+    assert f <= f_sk * (1 + 1e-3), (f, f_sk)
+    assert model.n_iter_ < sk.n_iter_
+    assert W.min() >= 0 and model.components_.min() >= 0
+
+
+def test_kl_sparse_and_dense_give_the_same_fit():
+    Y = counts(seed=5)
+    dense = mg.NMF(4, beta_loss="kullback-leibler", random_state=0, max_iter=50)
+    sparse = mg.NMF(4, beta_loss="kullback-leibler", random_state=0, max_iter=50)
+    W = dense.fit_transform(Y)
+    Ws = sparse.fit_transform(sp.csr_matrix(Y))
+    np.testing.assert_allclose(Ws, W, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(sparse.components_, dense.components_, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(sparse.history_[:, 1], dense.history_[:, 1], rtol=1e-12)
+
+
+def test_general_beta_takes_sparse_input():
+    Y = counts(seed=6)
+    W0, H0 = _initialize_nmf(Y, 3, init="nndsvda", random_state=0)
+    kw = {"beta_loss": 1.5, "init": "custom", "max_iter": 20}
+    a = mg.NMF(3, **kw).fit(Y, W=W0, H=H0)
+    b = mg.NMF(3, **kw).fit(sp.csc_matrix(Y), W=W0, H=H0)
+    np.testing.assert_allclose(b.components_, a.components_, rtol=1e-9, atol=1e-12)
+
+
+def test_zeros_with_beta_at_most_zero_are_refused_as_scikit_learn():
+    Y = counts()
+    with pytest.raises(ValueError, match="beta_loss <= 0"):
+        SkNMF(3, beta_loss="itakura-saito", solver="mu").fit(Y)
+    for loss in ("itakura-saito", -0.5):
+        with pytest.raises(ValueError, match="beta_loss <= 0"):
+            mg.NMF(3, beta_loss=loss).fit(Y)
+        Z = positive()
+        Z[0, 0] = 0.0
+        with pytest.raises(ValueError, match="beta_loss <= 0"):
+            mg.NMF(3, beta_loss=loss).fit(sp.csr_matrix(Z))  # one implicit zero
+    mg.NMF(3, beta_loss="itakura-saito", max_iter=3).fit(sp.csr_matrix(positive()))  # none
+
+
+def test_solvers_other_than_msm_and_mu_refuse_other_losses():
+    Y = counts()
+    for solver in ("hals", "bpp", "pg"):
+        with pytest.raises(ValueError, match="Frobenius loss only"):
+            mg.NMF(3, solver=solver, beta_loss="kullback-leibler").fit(Y)
+
+
+@pytest.mark.parametrize("loss", ["kullback-leibler", 1.5])
+def test_fit_transform_and_transform_agree(loss):
+    Y = counts(seed=7)
+    model = mg.NMF(4, beta_loss=loss, random_state=0)
+    W = model.fit_transform(Y)
+    W2 = model.transform(Y)
+    assert np.linalg.norm(W - W2) <= 1e-6 * np.linalg.norm(W)
+
+
+def test_float32_in_float32_out():
+    Y = counts(seed=8).astype(np.float32)
+    model = mg.NMF(3, beta_loss="kullback-leibler", random_state=0, max_iter=20)
+    W = model.fit_transform(Y)
+    assert W.dtype == model.components_.dtype == model.transform(Y).dtype == np.float32
+
+
+# -- the multiplicative updates: scikit-learn's iterates ---------------------------------
+
+
+@pytest.mark.parametrize("loss", ["frobenius", "kullback-leibler", "itakura-saito", 1.5, 3.0])
+def test_mu_follows_scikit_learns_iterates(loss):
+    beta = {"frobenius": 2.0, **LOSSES}.get(loss, loss)
+    Y = positive(seed=9) if beta <= 0 else counts(seed=9) + 0.5
+    W0, H0 = _initialize_nmf(Y, 3, init="nndsvda", random_state=0)
+    kw = {"init": "custom", "solver": "mu", "beta_loss": loss, "max_iter": 7, "tol": 0}
+    kw_reg = {"alpha_W": 0.01, "alpha_H": 0.02, "l1_ratio": 0.3}
+    for extra in ({}, kw_reg):
+        sk = SkNMF(3, **kw, **extra)
+        sk.fit(Y, W=W0.copy(), H=H0.copy())
+        model = mg.NMF(3, **kw, **extra).fit(Y, W=W0, H=H0)
+        np.testing.assert_allclose(model.components_, sk.components_, rtol=1e-9, atol=1e-12)
+        assert model.n_iter_ == 7
+
+
+# -- regularisation -------------------------------------------------------------------------
+
+
+def test_kl_regularised_transform_is_the_penalised_minimiser():
+    # the W-step with scikit-learn's scaled penalties is convex: our exact transform
+    # against L-BFGS-B on one row (l1_W = d alpha l1_ratio, l2_W = d alpha (1 - l1_ratio))
+    Y = counts(seed=10)
+    model = mg.NMF(4, beta_loss="kullback-leibler", alpha_W=0.01, l1_ratio=0.4, random_state=0)
+    W = model.fit_transform(Y)
+    H = model.components_
+    d = Y.shape[1]
+    l1, l2 = d * 0.01 * 0.4, d * 0.01 * 0.6
+
+    def f(w):
+        return _beta_divergence(Y[[0]], w[None, :], H, 1) + l1 * w.sum() + 0.5 * l2 * w @ w
+
+    ref = scipy.optimize.minimize(
+        f, np.full(4, 0.3), method="L-BFGS-B", bounds=[(0, None)] * 4,
+        options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 10000},
+    )  # fmt: skip
+    assert f(W[0]) <= ref.fun + 1e-9 * abs(ref.fun)
+    np.testing.assert_allclose(model.transform(Y)[0], W[0], rtol=1e-6, atol=1e-9)
