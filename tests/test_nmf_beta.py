@@ -225,3 +225,61 @@ def test_kl_regularised_transform_is_the_penalised_minimiser():
     )  # fmt: skip
     assert f(W[0]) <= ref.fun + 1e-9 * abs(ref.fun)
     np.testing.assert_allclose(model.transform(Y)[0], W[0], rtol=1e-6, atol=1e-9)
+
+
+def test_frobenius_regularised_transform_is_the_penalised_minimiser():
+    Y = np.random.default_rng(11).random((30, 20))
+    model = mg.NMF(4, alpha_W=0.02, alpha_H="same", l1_ratio=0.5, random_state=0)
+    W = model.fit_transform(Y)
+    H = model.components_
+    d = Y.shape[1]
+    l1, l2 = d * 0.02 * 0.5, d * 0.02 * 0.5
+
+    def f(w):
+        r = Y[3] - w @ H
+        return 0.5 * r @ r + l1 * w.sum() + 0.5 * l2 * w @ w
+
+    ref = scipy.optimize.minimize(
+        f, np.full(4, 0.3), method="L-BFGS-B", bounds=[(0, None)] * 4,
+        options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 10000},
+    )  # fmt: skip
+    assert f(W[3]) <= ref.fun + 1e-10 * abs(ref.fun)
+    np.testing.assert_allclose(W[3], ref.x, atol=1e-6)
+    np.testing.assert_allclose(model.transform(Y), W, rtol=1e-7, atol=1e-10)
+
+
+@pytest.mark.parametrize("solver", ["msm", "hals", "bpp"])
+def test_frobenius_penalties_as_scikit_learn(solver):
+    # the objective with scikit-learn's scaling: 1/2 ||Y - WH||^2 + m alpha_H (l1 sum H
+    # + ...) + d alpha_W (...); from scikit-learn cd's start we reach its objective
+    Y = np.random.default_rng(12).random((40, 25))
+    m, d = Y.shape
+    W0, H0 = _initialize_nmf(Y, 5, init="nndsvda", random_state=0)
+    kw = {"init": "custom", "alpha_W": 0.01, "alpha_H": 0.03, "l1_ratio": 0.7}
+
+    def objective(W, H):
+        value = 0.5 * np.sum((Y - W @ H) ** 2)
+        value += d * 0.01 * (0.7 * W.sum() + 0.15 * np.sum(W**2))
+        value += m * 0.03 * (0.7 * H.sum() + 0.15 * np.sum(H**2))
+        return value
+
+    model = mg.NMF(5, solver=solver, max_iter=3000, tol=1e-12, **kw)
+    W = model.fit_transform(Y, W=W0, H=H0)
+    H = model.components_
+    assert model.info_["objective"] == pytest.approx(objective(W, H), rel=1e-9)
+    # a stationary point of the penalised problem: KKT of both half-steps
+    l1w, l2w, l1h, l2h = d * 0.01 * 0.7, d * 0.01 * 0.3, m * 0.03 * 0.7, m * 0.03 * 0.3
+    grad_w = (W @ H - Y) @ H.T + l1w + l2w * W
+    grad_h = W.T @ (W @ H - Y) + l1h + l2h * H
+    for x, g in ((W, grad_w), (H, grad_h)):
+        kkt = np.where(x > 0, np.abs(g), np.maximum(-g, 0.0)).max() / np.abs(Y).sum()
+        assert kkt < 1e-6, (solver, kkt)
+    # scikit-learn cd from the same start lands on a point of comparable value (the l1
+    # part gives many stationary points; msm and hals stop 0.2 % above cd here)
+    sk = SkNMF(5, solver="cd", max_iter=2000, tol=1e-10, **kw)
+    W_sk = sk.fit_transform(Y, W=W0.copy(), H=H0.copy())
+    assert objective(W, H) <= objective(W_sk, sk.components_) * 1.01
+    # the l1 part makes H sparser than without penalties
+    plain = mg.NMF(5, solver=solver, init="custom", max_iter=2000, tol=1e-10)
+    plain.fit(Y, W=W0, H=H0)
+    assert np.sum(model.components_ == 0) > np.sum(plain.components_ == 0)
