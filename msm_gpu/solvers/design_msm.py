@@ -196,6 +196,17 @@ def _working_set_phase(src, res, x, diag, b_diag, code, params, zero_r, tol, wor
 
 
 @njit(nogil=True)
+def _nonzero_rows(x, rows):
+    """rows[:k] = the nonzeros of x, in order; returns k."""
+    k = 0
+    for j in range(x.shape[0]):
+        if x[j] != 0.0:
+            rows[k] = j
+            k += 1
+    return k
+
+
+@njit(nogil=True)
 def _free_count(x, params):
     """Variables strictly inside their bounds and away from the kink at 0: the active
     set's free variables if it started here."""
@@ -282,14 +293,28 @@ def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, hi
             if not done:
                 budget = max(warm, min(cap, int(in_sweeps)))
         last = math.inf  # ||step|| RATE_WINDOW sweeps ago
+        rows = work[0]
+        n_rows = n
         while k < budget:
-            step2, size2, df = _sweep(src, res, x, diag, b_diag, code, params, zero_r, every, n)
+            # on the exact road, between full sweeps (the warm ones, then every
+            # RATE_WINDOW-th, where the step is measured) only the nonzeros: a zero the
+            # last full sweep left at zero has a gradient that keeps it there, nearly
+            full = not use_ws or k < warm or (k + 1 - warm) % RATE_WINDOW == 0
+            if full:
+                step2, size2, df = _sweep(src, res, x, diag, b_diag, code, params, zero_r, every, n)
+                n_rows = _nonzero_rows(x, rows)
+            else:
+                step2, size2, df = _sweep(
+                    src, res, x, diag, b_diag, code, params, zero_r, rows, n_rows
+                )
             k += 1
             f += df
             if k < history.shape[0]:
                 history[k] += f
             if not (math.isfinite(step2) and math.isfinite(f)):
                 break
+            if not full:
+                continue
             step, target = math.sqrt(step2), col_tol * max(math.sqrt(size2), floor[col])
             done = step <= target
             if done and use_ws and col_tol > ALONE_TOL:
