@@ -129,6 +129,8 @@ def cases(quick):
             out.append(case("lasso", "gauss", m, n, frac=frac))
     ms, ns = (2000, 20_000) if quick else (10_000, 100_000)
     out.append(case("nnls", "sparse", ms, ns, density=1e-3))
+    if not quick:  # issue 51: about one entry a column, an answer with ~1e4 nonzeros
+        out.append(case("nnls", "sparse", ms, ns, density=1e-4))
     out.append(case("lasso", "sparse", ms, ns, frac=0.1, density=1e-3))
     out.append(case("nnls", "spectra", 300, 60, r=(500 if quick else 5000)))
     return out

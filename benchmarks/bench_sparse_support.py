@@ -17,8 +17,8 @@ Cells (issue 51, and issue 48's Lasso cells):
                   1e4 x 1e5, density 1e-4 and 1e-3.  Target: exact in <= 2x scikit-learn's
                   default time.
     huge          the same at 1e4 x 1e6, density 1e-5: exact in under a minute.
-    dense_square  C |N(0,1)| 1000 x 800, x_true >= 0 on 70% of the columns, d = C x_true +
-                  10% noise (500+ nonzeros in the answer); against scipy.optimize.nnls.
+    dense_square  C |N(0,1)| 1000 x 800, x_true >= 0 on 90% of the columns, d = C x_true +
+                  0.1% noise (752 nonzeros in the answer); against scipy.optimize.nnls.
                   Target: <= 0.5x its time, exact.
     lasso         bench_shapes' Lasso cells: square 500 x 600 at 0.05 and 0.1 lambda_max,
                   sparse 1e4 x 1e5 at 0.1 lambda_max; against skglm and celer at
@@ -150,9 +150,9 @@ def dense_square_problem(quick=False, seed=0):
     rng = np.random.default_rng(seed)
     m, n = (300, 240) if quick else (1000, 800)
     C = np.abs(rng.standard_normal((m, n)))
-    x_true = np.abs(rng.standard_normal(n)) * (rng.uniform(size=n) < 0.7)
+    x_true = np.abs(rng.standard_normal(n)) * (rng.uniform(size=n) < 0.9)
     signal = C @ x_true
-    d = signal + 0.1 * np.sqrt(np.mean(signal**2)) * rng.standard_normal(m)
+    d = signal + 1e-3 * np.sqrt(np.mean(signal**2)) * rng.standard_normal(m)
     return C, d
 
 
