@@ -56,7 +56,7 @@ from .pwl_active_set import (
 
 #: The largest relative decrease of the face's gradient a round's CG aims at (the square
 #: root of the KKT residual's decrease so far, once it is smaller: inexact Newton).
-CG_REL = 1e-3
+CG_REL = 1e-2
 
 #: Most CG iterations in one round: this times |F|, plus CG_EXTRA.
 CG_PER_FREE = 4
