@@ -154,3 +154,27 @@ def test_a_dense_square_face_past_the_cap_goes_to_the_gram_form():
     x_ref = scipy.optimize.nnls(c, d, maxiter=50 * 800)[0]
     f, f_ref = (0.5 * float(np.sum((c @ v - d) ** 2)) for v in (res.x, x_ref))
     assert f <= f_ref * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("penalty", [mg.Box(0.0, 1.0), mg.NonNegL1(3e-2), mg.L1(3e-2)])
+def test_every_piecewise_linear_penalty_takes_the_same_road_through_the_api(penalty, monkeypatch):
+    # Box, NonNegL1 and L1 on a sparse C through mg.least_squares, two right-hand sides
+    # at once: the projected Newton-CG's answer (the road forced: NEWTON_MIN_FREE = 0)
+    # against the factorised active set's (the default road here, itself checked
+    # against SciPy and scikit-learn), column by column; float32 in, float32 out
+    c, d = _large_face_problem()
+    d = np.stack([d, d[::-1]], axis=1)
+    reference = mg.least_squares(c, d, penalty)
+    assert "newton_columns" not in reference.info and reference.converged
+    monkeypatch.setattr(design_form, "NEWTON_MIN_FREE", 0)
+    res = mg.least_squares(c, d, penalty)
+    assert res.info.get("newton_columns", 0) >= 1
+    assert res.converged and res.info["kkt_residual"].max() <= 1e-10
+    lam = getattr(penalty, "lam", 0.0)
+    f, f_ref = (
+        0.5 * np.sum((c @ x - d) ** 2, axis=0) + lam * np.abs(x).sum(axis=0)
+        for x in (res.x, reference.x)
+    )
+    assert np.all(f <= f_ref * (1 + 1e-10))
+    res32 = mg.least_squares(c.astype(np.float32), d.astype(np.float32), penalty)
+    assert res32.x.dtype == np.float32 and res32.converged
