@@ -19,6 +19,7 @@ __version__ = "0.1.0"
 #: of ``import msm_gpu``'s time, also for scripts that only solve.
 _LAZY = {
     "NMF": "apps",
+    "MiniBatchNMF": "apps",
     "L0DictionaryLearning": "apps",
     "denoise": "apps",
     "extract_patches": "apps",
@@ -48,6 +49,7 @@ def __dir__():
 
 __all__ = [
     "NMF",
+    "MiniBatchNMF",
     "L0DictionaryLearning",
     "denoise",
     "extract_patches",

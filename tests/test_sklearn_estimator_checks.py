@@ -41,6 +41,7 @@ from sklearn.utils.estimator_checks import (  # noqa: E402 (after the version ga
 #: its default construction (issue 50: the defaults work on any data a user has).
 CHECKED = {
     "NMF": mg.NMF(),
+    "MiniBatchNMF": mg.MiniBatchNMF(),
     "SparseLogisticRegression": mg.SparseLogisticRegression(),
     "L0DictionaryLearning": mg.L0DictionaryLearning(),
 }
@@ -106,6 +107,8 @@ def _fitted(name, X, y):
     """A small fitted instance of each estimator (fast settings)."""
     if name == "NMF":
         return mg.NMF(3, max_iter=50, random_state=0).fit(X)
+    if name == "MiniBatchNMF":
+        return mg.MiniBatchNMF(3, max_iter=5, random_state=0).fit(X)
     if name == "SparseLogisticRegression":
         return mg.SparseLogisticRegression(alpha=0.01).fit(X, y)
     return mg.L0DictionaryLearning(

@@ -8,11 +8,13 @@ from .dictionaries import (
     sample_patches,
 )
 from .dictionary_learning import L0DictionaryLearning
+from .minibatch_nmf import MiniBatchNMF
 from .nmf import NMF, nmf
 from .sparse_coding import dictionary_step, sparse_code
 
 __all__ = [
     "NMF",
+    "MiniBatchNMF",
     "L0DictionaryLearning",
     "default_lam",
     "denoise",

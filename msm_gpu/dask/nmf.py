@@ -644,3 +644,80 @@ def _column_local_block(x, p, *, g, solver, backend, to, max_inner, inner_tol):
 
 def _item(raw, index):
     return raw[0, 0][index]
+
+
+# -- MiniBatchNMF on a dask array: one row chunk at a time ------------------------------------
+
+
+def row_batches(Y, batch_size):
+    """(index, batch) forever: Y's row chunks computed one at a time (NumPy or SciPy
+    sparse on the client), each cut into batches of at most ``batch_size`` rows, pass
+    after pass; ``index`` numbers the batches of one pass."""
+    starts = np.cumsum((0,) + Y.chunks[0])
+    while True:
+        index = 0
+        for lo, hi in zip(starts[:-1], starts[1:], strict=True):
+            block = Y[lo:hi].compute()
+            if hasattr(block, "tocsr"):
+                block = block.tocsr()
+            for b in range(0, hi - lo, batch_size):
+                yield index, block[b : b + batch_size]
+                index += 1
+
+
+def minibatch_fit_transform(model, Y, p, W=None, H=None):
+    """``MiniBatchNMF.fit_transform`` for a dask array Y (rows in chunks): the start from
+    ``init="random"`` on the first chunk (or ``init="custom"`` with H; W is not needed:
+    each batch's W is solved afresh), batches read chunk by chunk, W returned as a dask
+    array (the exact W of every row chunk, computed lazily)."""
+    _check_dask_data(Y)
+    if p["init"] not in (None, "random", "custom"):
+        raise ValueError(
+            f"init={p['init']!r} needs an SVD of all of Y; for a dask Y use init='random' "
+            "(the default there) or init='custom' with H"
+        )
+    if p["init"] is None:
+        p = {**p, "init": "random"}
+    m, d = (int(s) for s in Y.shape)
+    first = Y[: Y.chunks[0][0]].compute()
+    if hasattr(first, "tocsr"):
+        first = first.tocsr()
+    first = model._check_X(first, reset=True)
+    model.n_features_in_ = d
+    if p["init"] == "custom":  # only H is used: the batches' W are solved afresh
+        if H is None:
+            raise ValueError("init='custom' needs H")
+        W = np.ones((first.shape[0], np.shape(H)[0]))
+    model._start(first, W, H, p)
+    batch_size = min(model.batch_size, m)
+    model._state.rho = model.forget_factor ** (batch_size / m)
+    n_steps_per_iter = sum(-(-c // batch_size) for c in Y.chunks[0])
+    model._run(row_batches(Y, batch_size), m, n_steps_per_iter)
+    model._publish()
+    # the reconstruction error: one more pass, each chunk's exact W and its loss
+    starts = np.cumsum((0,) + Y.chunks[0])
+    total = 0.0
+    for lo, hi in zip(starts[:-1], starts[1:], strict=True):
+        block = Y[lo:hi].compute()
+        block = block.tocsr() if hasattr(block, "tocsr") else block
+        err = model._error(block, model._exact_w(block))
+        total += err * err
+    model.reconstruction_err_ = math.sqrt(total)
+    return minibatch_transform(model, Y)
+
+
+def minibatch_transform(model, Y):
+    """``MiniBatchNMF.transform`` for a dask array: the exact W of each row chunk."""
+    import dask.array as da
+
+    _check_dask_data(Y)
+    k = model.components_.shape[0]
+    dtype = model.components_.dtype
+
+    def block_w(block):
+        if hasattr(block, "tocsr"):
+            block = block.tocsr()
+        return model.transform(block)
+
+    Yr = Y.rechunk({1: -1})
+    return da.map_blocks(block_w, Yr, chunks=(Yr.chunks[0], (k,)), dtype=dtype)

@@ -25,6 +25,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
+from ..backends.cpu.jit import njit
 from ..backends.cpu.threads import blas_controller, run_ranges, sweep_threads, thread_cap
 from . import newton_kernels as nk
 from .loop import Data, is_sparse, stable_objective
@@ -41,10 +42,11 @@ FIT_SWEEP_TOL = 0.1
 #: The objective the Newton loop tracks by the measured changes is evaluated afresh
 #: every this many iterations.
 RESYNC = 10
-#: ... and in the exact W-step (fit's last one, ``transform``): to rounding.
+#: ... and in the exact W-step (fit's last one, ``transform``, a mini-batch's W): a few
+#: sweeps finished by the exact active set on each model.
 SOLVE_NEWTON = 100
-SOLVE_SWEEPS = 200
-SOLVE_SWEEP_TOL = 1e-8
+SOLVE_SWEEPS = 10
+SOLVE_SWEEP_TOL = 0.1
 #: ... until the Newton step is below this share of x (a row that converges linearly,
 #: as Itakura-Saito's can, would otherwise take all SOLVE_NEWTON iterations).
 SOLVE_STEP_TOL = 1e-9
@@ -115,6 +117,7 @@ def newton_half_step(
     sweeps,
     sweep_tol,
     step_tol=0.0,
+    exact=False,
     evaluate=False,
 ):
     """One Newton half-step in place: ``side`` "H" updates X = H' (d x k) for F = W
@@ -128,7 +131,8 @@ def newton_half_step(
     fsum = F.sum(axis=0)
     pattern, dense = nk.kernels(data.kind)
     args = (float(l1), float(l2), data.zmin, float(omega), float(theta))
-    args += (int(newton), int(sweeps), float(sweep_tol), float(step_tol), bool(evaluate))
+    args += (int(newton), int(sweeps), float(sweep_tol), float(step_tol), bool(exact))
+    args += (bool(evaluate),)
     args += (out_f, counts)
     if data.pattern:
         head = (data.beta, F, fsum, source.indptr, source.indices, source.data, X)
@@ -192,13 +196,27 @@ def _gamma(beta):
     return 1.0
 
 
+@njit(nogil=True, fastmath=nk.FAST)
+def _kl_numerator(indptr, indices, values, rows_f, cols_f, floor, out):
+    """out[r] = sum_j (y_rj / max((WH)_rj, floor)) cols_f[j] over row r's stored entries,
+    with (WH)_rj = rows_f[r] . cols_f[j]: scikit-learn's KL numerator (Y / WH) H' (or
+    its transpose) on Y's nonzeros, without forming the sparse quotient."""
+    k = rows_f.shape[1]
+    for r in range(indptr.shape[0] - 1):
+        for t in range(k):
+            out[r, t] = 0.0
+        for q in range(indptr[r], indptr[r + 1]):
+            j = indices[q]
+            z = 0.0
+            for t in range(k):
+                z += rows_f[r, t] * cols_f[j, t]
+            ratio = values[q] / (z if z > floor else floor)
+            for t in range(k):
+                out[r, t] += ratio * cols_f[j, t]
+
+
 def _wh(data, W, Ht):
-    """WH where the update needs it: on Y's nonzeros (KL, a CSR of Y's pattern) or dense."""
-    if data.pattern:
-        y = data.by_rows
-        rows = np.repeat(np.arange(y.shape[0]), np.diff(y.indptr))
-        z = np.einsum("ij,ij->i", W[rows], Ht[y.indices])
-        return sp.csr_matrix((z, y.indices, y.indptr), shape=y.shape)
+    """WH, dense (the kinds that read every entry)."""
     return W @ Ht.T
 
 
@@ -211,14 +229,12 @@ def mu_update_w(data, W, Ht, l1, l2):
         numerator = y @ Ht
         denominator = W @ (Ht.T @ Ht)
     else:
-        wh = _wh(data, W, Ht)
-        if data.pattern:
-            z = wh.data
-            z[z < EPSILON] = EPSILON
-            wh.data = y.data / z  # KL: Y / WH on the nonzeros
-            numerator = wh @ Ht
+        if data.pattern:  # KL: (Y / WH) H' on the nonzeros
+            numerator = np.empty_like(W)
+            _kl_numerator(y.indptr, y.indices, y.data, W, Ht, EPSILON, numerator)
             denominator = np.broadcast_to(Ht.sum(axis=0), W.shape).copy()
         else:
+            wh = _wh(data, W, Ht)
             whd = wh.copy()
             if beta < 1.0:
                 whd[whd < EPSILON] = EPSILON
@@ -245,57 +261,72 @@ def mu_update_w(data, W, Ht, l1, l2):
         W[W < np.finfo(np.float64).eps] = 0.0
 
 
-def mu_update_h(data, W, Ht, l1, l2):
-    """scikit-learn's ``_multiplicative_update_h`` on H' (in place)."""
+def _mu_h_terms(data, W, Ht, l1, l2):
+    """The numerator and denominator (d x k, of H') of scikit-learn's H update."""
     beta = data.beta
     yt = data.by_cols
     if beta == 2.0:
         numerator = yt @ W
         denominator = Ht @ (W.T @ W)
+    elif data.pattern:
+        numerator = np.empty_like(Ht)
+        _kl_numerator(yt.indptr, yt.indices, yt.data, Ht, W, EPSILON, numerator)
+        wsum = W.sum(axis=0)
+        wsum[wsum == 0] = 1.0
+        denominator = np.broadcast_to(wsum, Ht.shape).copy()
     else:
-        if data.pattern:
-            whc = _wh_cols(data, W, Ht)
-            z = whc.data
-            z[z < EPSILON] = EPSILON
-            whc.data = yt.data / z
-            numerator = whc @ W
-            wsum = W.sum(axis=0)
-            wsum[wsum == 0] = 1.0
-            denominator = np.broadcast_to(wsum, Ht.shape).copy()
+        wh = Ht @ W.T  # (WH)' (d x m)
+        whd = wh.copy()
+        if beta < 1.0:
+            whd[whd < EPSILON] = EPSILON
+        ws = wh
+        if beta < 2.0:
+            ws[ws < EPSILON] = EPSILON
+        if beta == 0.0:
+            ws = yt / (ws * ws)
         else:
-            wh = Ht @ W.T  # (WH)' (d x m)
-            whd = wh.copy()
-            if beta < 1.0:
-                whd[whd < EPSILON] = EPSILON
-            ws = wh
-            if beta < 2.0:
-                ws[ws < EPSILON] = EPSILON
-            if beta == 0.0:
-                ws = yt / (ws * ws)
-            else:
-                ws = yt * ws ** (beta - 2.0)
-            numerator = ws @ W
-            denominator = (whd ** (beta - 1.0)) @ W
+            ws = yt * ws ** (beta - 2.0)
+        numerator = ws @ W
+        denominator = (whd ** (beta - 1.0)) @ W
+    numerator = np.asarray(numerator)
     if l1 > 0:
         denominator = denominator + l1
     if l2 > 0:
         denominator = denominator + l2 * Ht
     denominator[denominator == 0] = EPSILON
+    return numerator, denominator
+
+
+def mu_update_h(data, W, Ht, l1, l2):
+    """scikit-learn's ``_multiplicative_update_h`` on H' (in place)."""
+    numerator, denominator = _mu_h_terms(data, W, Ht, l1, l2)
     delta = numerator / denominator
-    gamma = _gamma(beta)
+    gamma = _gamma(data.beta)
     if gamma != 1.0:
         delta **= gamma
     Ht *= delta
-    if beta <= 1.0:
+    if data.beta <= 1.0:
         Ht[Ht < np.finfo(np.float64).eps] = 0.0
 
 
-def _wh_cols(data, W, Ht):
-    """(WH)' on the nonzeros of Y' (the CSR of Y's columns)."""
-    yt = data.by_cols
-    cols = np.repeat(np.arange(yt.shape[0]), np.diff(yt.indptr))
-    z = np.einsum("ij,ij->i", Ht[cols], W[yt.indices])
-    return sp.csr_matrix((z, yt.indices, yt.indptr), shape=yt.shape)
+def mu_online_h(data, W, Ht, l1, l2, A, B, rho):
+    """scikit-learn's online H update of ``MiniBatchNMF`` (Lefevre et al. 2011) on H'
+    (in place): the numerators and denominators are accumulated in A and B (d x k) with
+    the forgetting weight rho."""
+    numerator, denominator = _mu_h_terms(data, W, Ht, l1, l2)
+    gamma = _gamma(data.beta)
+    if gamma != 1.0:
+        Ht **= 1.0 / gamma
+    numerator *= Ht
+    A *= rho
+    B *= rho
+    A += numerator
+    B += denominator
+    np.divide(A, B, out=Ht)
+    if gamma != 1.0:
+        Ht **= gamma
+    if data.beta <= 1.0:
+        Ht[Ht < np.finfo(np.float64).eps] = 0.0
 
 
 # -- the loop -----------------------------------------------------------------------------
@@ -419,22 +450,24 @@ def alternate_beta(data, W, Ht, p, reg):
     return W, Ht, info
 
 
-def solve_w(data, Ht, reg, p, W=None):
+def solve_w(data, Ht, reg, p, W=None, max_newton=None, value=True):
     """W (m x k) minimising the divergence of Y from W H' plus W's penalty, by Newton
-    half-steps to rounding, from W (the fit's) or from scikit-learn's transform start
-    sqrt(mean(Y) / k).  Returns W and the objective (both penalties)."""
+    half-steps to convergence (at most ``max_newton`` iterations, default SOLVE_NEWTON),
+    from W (the fit's) or from scikit-learn's transform start sqrt(mean(Y) / k).  Returns
+    W and the objective (both penalties; None unless ``value``)."""
     m, k = data.shape[0], Ht.shape[1]
     if W is None:
         W = np.full((m, k), math.sqrt(max(data.mean, 1e-300) / k))
     else:
         W = np.array(W, dtype=np.float64, order="C", copy=True)
+    newton = SOLVE_NEWTON if max_newton is None else int(max_newton)
     with blas_controller().limit(limits=1, user_api="blas"):
         newton_half_step(
             data, "W", Ht, W, reg.l1_w, reg.l2_w, omega=1.0, theta=0.0,
-            newton=SOLVE_NEWTON, sweeps=SOLVE_SWEEPS, sweep_tol=SOLVE_SWEEP_TOL,
-            step_tol=SOLVE_STEP_TOL,
+            newton=newton, sweeps=SOLVE_SWEEPS, sweep_tol=SOLVE_SWEEP_TOL,
+            step_tol=SOLVE_STEP_TOL, exact=True,
         )  # fmt: skip
-        f = objective(data, W, Ht, reg)
+        f = objective(data, W, Ht, reg) if value else None
     return W, f
 
 

@@ -662,12 +662,18 @@ def _unscaled(x, exponent):
     return x * (2.0 ** -(exponent // 2)) if exponent else x
 
 
+_ACTIVE_SET_APPLIES = {}
+
+
 def exact_nnls(backend, g, p, x0):
     """The exact solution of min_{X >= 0} 1/2 tr(X'GX) - tr(X'P) (host, float64) from X0:
     the active set of :mod:`msm_gpu.solvers.nnls_columns` where it applies (k <=
     ``ACTIVE_SET_MAX_N``; 10-50x faster than bpp on digits and china.jpg's W-steps,
     warm or cold), block principal pivoting above."""
-    if ns.finish_applies(backend, g):
+    key = (int(g.shape[0]), bool(backend.on_host))
+    if key not in _ACTIVE_SET_APPLIES:  # (asking builds a penalty: ~40 us a call)
+        _ACTIVE_SET_APPLIES[key] = ns.finish_applies(backend, g)
+    if _ACTIVE_SET_APPLIES[key]:
         return ns.active_set_finish(g, p, x0)
     return ns.half_step("bpp", backend, g, p, x0, max_inner=1, inner_tol=0.0)[0]
 

@@ -17,7 +17,10 @@ Each Newton iteration is the paper's section on non-quadratic q (Tseng & Yun 200
 2. the model min_{y >= 0} g'(y - x) + 1/2 (y - x)'A(y - x) by MSM sweeps from y = x (paper,
    eq. (4): B = L + (D + theta I) / omega, theta relative to mean(diag A)), at most
    ``max_sweeps`` of them, stopped once a sweep moves y by ``sweep_tol`` times the
-   first one's move (a column stops when y - x is at most ``step_tol`` max(x, y));
+   first one's move; solving to convergence (``exact``: the last W-step, ``transform``,
+   a mini-batch's W) the sweeps' point is then finished by Lawson & Hanson's active set
+   on the k x k model, as ``finish="exact"`` does for NNLS, so Newton's steps are exact
+   (a column stops when y - x is at most ``step_tol`` max(x, y));
 3. x + t (y - x) with Armijo's rule (sigma = 1e-4, t halved), t first capped below the
    barrier where some z_i with v_i > 0 would reach 0 (beta <= 1).  The rule reads the
    change of q, sum_i [phi(z_i + t u_i) - phi(z_i)] with u = F (y - x), written with
@@ -212,9 +215,94 @@ def _make(kind):
         return done
 
     @njit(nogil=True, fastmath=FAST)
+    def model_exact(a, g, x, y, b, k, passive, chol, z, w):
+        """The model's exact minimiser from the sweeps' y (>= 0, overwritten): Lawson &
+        Hanson's active set on min_{y >= 0} (g - A x)'y + 1/2 y'Ay, each face by a
+        Cholesky factor of A_FF (a tiny ridge, 1e-12 max diag A, for a singular A).
+        Returns False if it ran out of iterations (y is then feasible, not optimal)."""
+        # b = g - A x (from model_sweeps)
+        top = 0.0
+        for t in range(k):
+            top = max(top, a[t, t])
+        ridge = 1e-12 * top
+        scale = 0.0
+        for t in range(k):
+            scale = max(scale, abs(b[t]))
+            passive[t] = y[t] > 0.0
+        for _ in range(3 * k + 10):
+            # the face's solution z_F = -A_FF^-1 b_F by Cholesky
+            for t in range(k):
+                for s in range(k):
+                    chol[t, s] = 0.0
+            for t in range(k):
+                if not passive[t]:
+                    continue
+                for s in range(t + 1):
+                    if not passive[s]:
+                        continue
+                    acc = a[t, s] + (ridge if s == t else 0.0)
+                    for r in range(s):
+                        if passive[r]:
+                            acc -= chol[t, r] * chol[s, r]
+                    if s == t:
+                        chol[t, t] = math.sqrt(acc) if acc > 0.0 else math.sqrt(ridge + 1e-300)
+                    else:
+                        chol[t, s] = acc / chol[s, s]
+            for t in range(k):  # forward: L u = -b_F
+                if passive[t]:
+                    acc = -b[t]
+                    for r in range(t):
+                        if passive[r]:
+                            acc -= chol[t, r] * z[r]
+                    z[t] = acc / chol[t, t]
+                else:
+                    z[t] = 0.0
+            for t in range(k - 1, -1, -1):  # back: L' z = u
+                if passive[t]:
+                    acc = z[t]
+                    for r in range(t + 1, k):
+                        if passive[r]:
+                            acc -= chol[r, t] * z[r]
+                    z[t] = acc / chol[t, t]
+            # step towards z, stopped where a variable of the face reaches 0
+            alpha = 1.0
+            for t in range(k):
+                if passive[t] and z[t] <= 0.0:
+                    denom = y[t] - z[t]
+                    if denom > 0.0 and y[t] / denom < alpha:
+                        alpha = y[t] / denom
+            for t in range(k):
+                if passive[t]:
+                    y[t] += alpha * (z[t] - y[t])
+                    if alpha < 1.0 and y[t] <= 1e-300:
+                        y[t] = 0.0
+                        passive[t] = False
+            if alpha < 1.0:
+                continue
+            # optimal on the face: a variable at 0 with a negative gradient joins
+            best, join = 0.0, -1
+            big = 0.0
+            for t in range(k):
+                big = max(big, y[t])
+            tol = 1e-12 * (top * big + scale)
+            for t in range(k):
+                if passive[t]:
+                    continue
+                grad = b[t]
+                for s in range(k):
+                    grad += a[t, s] * y[s]
+                w[t] = grad
+                if -grad > tol and -grad > best:
+                    best, join = -grad, t
+            if join < 0:
+                return True
+            passive[join] = True
+        return False
+
+    @njit(nogil=True, fastmath=FAST)
     def column(beta, ft, vals, cnt, x, fsum, l1, l2, zmin, omega, theta, max_newton,
-               max_sweeps, sweep_tol, step_tol, z, d1, d2, iz, zb, u, wrk, a, g, y, b, d,
-               counts):  # fmt: skip
+               max_sweeps, sweep_tol, step_tol, exact, z, d1, d2, iz, zb, u, wrk, a, g, y, b,
+               d, passive, chol, zq, wq, counts):  # fmt: skip
         """Proximal Newton on one column from x (updated in place); ``ft`` (k x cnt) holds
         F's rows of the column's entries, transposed.  Returns the change of q;
         ``counts`` gets (Newton iterations, sweeps, line-search trials)."""
@@ -247,7 +335,12 @@ def _make(kind):
                     a[t, s] = acc
                     a[s, t] = acc
                 a[t, t] += l2
-            n_sweeps += model_sweeps(a, g, x, y, b, k, omega, theta, max_sweeps, sweep_tol)
+            # sweeps cost k^2 each, forming A cnt k^2 / 2: a column with few entries gets
+            # at most cnt / 2 of them (the model is then cheap to form and needs fewer)
+            sweeps_cap = max_sweeps if 2 * max_sweeps <= cnt else max(2, cnt // 2)
+            n_sweeps += model_sweeps(a, g, x, y, b, k, omega, theta, sweeps_cap, sweep_tol)
+            if exact:  # the sweeps' point finished exactly (solves to convergence)
+                model_exact(a, g, x, y, b, k, passive, chol, zq, wq)
             n_newton += 1
             delta = 0.0
             size = 0.0
@@ -307,8 +400,8 @@ def _make(kind):
 
     @njit(nogil=True, fastmath=FAST)
     def pattern(beta, f_rows, fsum, indptr, indices, values_, xs, c0, c1, l1, l2, zmin,
-                omega, theta, max_newton, max_sweeps, sweep_tol, step_tol, evaluate, out_f,
-                out_counts):  # fmt: skip
+                omega, theta, max_newton, max_sweeps, sweep_tol, step_tol, exact, evaluate,
+                out_f, out_counts):  # fmt: skip
         """Columns c0..c1-1 reading only the stored entries of each column: column j's
         are ``values_[indptr[j]:indptr[j+1]]`` in rows ``indices[...]``; ``f_rows`` is F
         (n x k), ``xs`` the factor (c x k, row j = column j's x), updated in place.
@@ -323,6 +416,8 @@ def _make(kind):
         vals = np.empty(longest)
         a = np.empty((k, k))
         g, y, b, d, x = np.empty(k), np.empty(k), np.empty(k), np.empty(k), np.empty(k)
+        passive = np.zeros(k, dtype=np.bool_)
+        chol, zq, wq = np.empty((k, k)), np.empty(k), np.empty(k)
         counts = np.zeros(3, dtype=np.int64)
         for j in range(c0, c1):
             p0 = indptr[j]
@@ -344,8 +439,8 @@ def _make(kind):
                 continue
             out_f[j] = column(
                 beta, ft, vals, cnt, x, fsum, l1, l2, zmin, omega, theta, max_newton,
-                max_sweeps, sweep_tol, step_tol, z, d1, d2, iz, zb, u, wrk, a, g, y, b, d,
-                counts,
+                max_sweeps, sweep_tol, step_tol, exact, z, d1, d2, iz, zb, u, wrk, a, g, y, b,
+                d, passive, chol, zq, wq, counts,
             )  # fmt: skip
             for t in range(k):
                 xs[j, t] = x[t]
@@ -354,7 +449,7 @@ def _make(kind):
 
     @njit(nogil=True, fastmath=FAST)
     def dense(beta, f_t, fsum, v, xs, c0, c1, l1, l2, zmin, omega, theta, max_newton,
-              max_sweeps, sweep_tol, step_tol, evaluate, out_f, out_counts):  # fmt: skip
+              max_sweeps, sweep_tol, step_tol, exact, evaluate, out_f, out_counts):  # fmt: skip
         """Columns c0..c1-1 reading every entry: column j's data is ``v[j]`` (c x n, C
         order) and ``f_t`` is F' (k x n), read in place."""
         k = xs.shape[1]
@@ -364,6 +459,8 @@ def _make(kind):
         iz, zb, u, wrk = np.empty(m), np.empty(m), np.empty(m), np.empty(m)
         a = np.empty((k, k))
         g, y, b, d, x = np.empty(k), np.empty(k), np.empty(k), np.empty(k), np.empty(k)
+        passive = np.zeros(k, dtype=np.bool_)
+        chol, zq, wq = np.empty((k, k)), np.empty(k), np.empty(k)
         counts = np.zeros(3, dtype=np.int64)
         for j in range(c0, c1):
             for t in range(k):
@@ -379,8 +476,8 @@ def _make(kind):
                 continue
             out_f[j] = column(
                 beta, f_t, vj, n, x, fsum, l1, l2, zmin, omega, theta, max_newton,
-                max_sweeps, sweep_tol, step_tol, z, d1, d2, iz, zb, u, wrk, a, g, y, b, d,
-                counts,
+                max_sweeps, sweep_tol, step_tol, exact, z, d1, d2, iz, zb, u, wrk, a, g, y, b,
+                d, passive, chol, zq, wq, counts,
             )  # fmt: skip
             for t in range(k):
                 xs[j, t] = x[t]
