@@ -309,6 +309,68 @@ def target(seeds=(0, 1, 2), datasets=None):
     return rows
 
 
+def frobenius_ratios(datasets=(("digits", 20), ("faces", 20)), seeds=(0, 1, 2), repeats=1):
+    """The regression gate's Frobenius numbers (issue 49): per data set, start (scikit-learn's
+    random and nndsvda inits, ``seeds``) the time ``mg.NMF`` at its defaults (tol=0, for
+    1.5x cd's time) takes to reach scikit-learn cd's 200-iteration objective, over cd's
+    time (inf: not reached in 1.5x cd's time, another stationary point).  Returns one dict
+    per data set and init with the per-seed ratios and their median."""
+    from sklearn.decomposition._nmf import _initialize_nmf
+
+    out = []
+    for name, k in datasets:
+        y = load(name, TARGET_TEXT_SHAPE)
+        W, H = sklearn_random_init(y, k, 0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            nmf(y, k, solver="msm", init="custom", W=W, H=H, max_iter=2)  # compiled
+        for init in ("random", "nndsvda"):
+            ratios = []
+            for seed in seeds:
+                W0, H0 = _initialize_nmf(y, k, init=init, random_state=seed)
+                t_cd, f_cd = min(run_sklearn_cd(y, W0, H0) for _ in range(repeats))
+                best = min(
+                    time_to_reach(run_ours("msm", y, W0, H0, 1.5 * t_cd), f_cd)
+                    for _ in range(repeats)
+                )
+                ratios.append(best / t_cd)
+            row = {"data": name, "k": k, "init": init, "ratios": ratios}
+            out.append({**row, "median": float(np.median(ratios))})
+    return out
+
+
+def regularised_ratios(name="digits", k=20, seeds=(0, 1, 2), alpha=1e-3, l1_ratio=0.5):
+    """Regularised Frobenius NMF (scikit-learn's alpha_W = alpha_H = ``alpha``, ``l1_ratio``)
+    beside scikit-learn cd, from its random inits: the time ``mg.NMF`` (defaults, tol=0, up
+    to 1.5x cd's time) takes to reach cd's 200-iteration penalised objective, over cd's
+    time.  Returns a dict with the per-seed ratios and their median."""
+    from sklearn.decomposition import NMF as SkNMF
+
+    y = load(name, TARGET_TEXT_SHAPE)
+    m, d = y.shape
+    pen = {"alpha_W": alpha, "alpha_H": "same", "l1_ratio": l1_ratio}
+
+    def objective(W, H):
+        value = objective_of(y, W, H)
+        for x, n in ((W, d), (H, m)):
+            value += n * alpha * (l1_ratio * x.sum() + 0.5 * (1 - l1_ratio) * np.sum(x * x))
+        return value
+
+    ratios = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for seed in seeds:
+            W0, H0 = sklearn_random_init(y, k, seed)
+            sk = SkNMF(k, solver="cd", init="custom", max_iter=200, tol=1e-12, **pen)
+            started = time.perf_counter()
+            W = sk.fit_transform(y, W=W0.copy(), H=H0.copy())
+            t_cd = time.perf_counter() - started
+            f_cd = objective(W, sk.components_)
+            hist = run_ours("msm", y, W0, H0, 1.5 * t_cd, **pen)
+            ratios.append(time_to_reach(hist, f_cd) / t_cd)
+    return {"data": name, "k": k, **pen, "ratios": ratios, "median": float(np.median(ratios))}
+
+
 # -- main ------------------------------------------------------------------------------------
 
 

@@ -1,12 +1,22 @@
-"""Nonnegative matrix factorisation by alternating NNLS, each half-step solved by MSM.
+"""Nonnegative matrix factorisation: alternating half-steps, each a batch of MSM problems.
 
-    min_{W >= 0, H >= 0}  1/2 ||Y - W H||_F^2        Y: m x d,  W: m x k,  H: k x d
+    min_{W >= 0, H >= 0}  sum_ij d_beta(Y_ij | (WH)_ij) + penalties
+                                                    Y: m x d,  W: m x k,  H: k x d
 
-One outer iteration is an H-step then a W-step, each a batched NNLS
-(:mod:`msm_gpu.factorization.solvers`):
+d_beta is scikit-learn's beta-divergence (``beta_loss``): half the squared error
+(Frobenius, the default), Kullback-Leibler, Itakura-Saito or any beta; the penalties are
+scikit-learn's ``alpha_W``, ``alpha_H``, ``l1_ratio`` (:mod:`~msm_gpu.factorization.
+regularization`).  Frobenius: one outer iteration is an H-step then a W-step, each a
+batched NNLS (:mod:`msm_gpu.factorization.solvers`):
 
     H-step:  G = W'W (k x k), P = W'Y (k x d), solve for H    (one problem per column of Y)
     W-step:  G = HH' (k x k), P = HY' (k x m), solve for W'   (one problem per row of Y)
+
+Other losses: each half-step is a batch of proximal Newton problems with MSM sweeps inside
+(:mod:`msm_gpu.factorization.newton_kernels`, the paper's section on non-quadratic q), or
+scikit-learn's multiplicative updates (``solver="mu"``; :mod:`~msm_gpu.factorization.
+beta_loop`).  Every fit ends with the W-step solved exactly for the final H, the step
+``transform`` takes, so that ``fit_transform(Y)`` is ``fit(Y).transform(Y)``.
 
 The Gram products cost O(m d k) (O(nnz(Y) k) for sparse Y) and are formed once per
 half-step; one sweep costs O(k^2 c).  When k is small several sweeps per half-step are
@@ -42,14 +52,15 @@ and the fix (evidence: ``benchmarks/bench_nmf.py --target``):
   0.39 vs 0.42 with one, beside a busy NumPy process 0.28 vs 0.16, so one it stays.
 
 Sparse Y (scipy.sparse or cupyx.scipy.sparse) stays sparse: only Y H' and Y'W are
-formed (CSR products), never a dense m x d array.
+formed (CSR products), never a dense m x d array (losses other than Frobenius and KL read
+every entry: there Y is made dense).
 
 Stopping rules (the same for every solver): ``max_iter`` outer iterations,
 ``time_limit`` seconds, or a relative decrease of the objective
 ``(f_{t-1} - f_t) <= tol * f_{t-1}`` (``tol = 0`` disables it).  ``history_`` holds
-(seconds since the start of the iterations, 1/2 ||Y - WH||_F^2) after 0, 1, ... outer
-iterations; the objective comes from the W-step's Gram products (O(m k^2), no extra
-product with Y).
+(seconds since the start of the iterations, the objective, penalties included) after 0,
+1, ... outer iterations; for Frobenius the objective comes from the W-step's Gram products
+(O(m k^2), no extra product with Y).
 """
 
 from __future__ import annotations
@@ -92,79 +103,96 @@ from ._estimator import BACKEND_CONSTRAINT, RANDOM_STATE_CONSTRAINT, fit_context
 
 
 class NMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
-    """Nonnegative matrix factorisation Y ~ W H by alternating NNLS (MSM by default).
+    """Nonnegative matrix factorisation Y ~ W H, each half-step a batch of MSM problems.
 
-    Minimises 1/2 ||Y - WH||_F^2 over W >= 0 (m x k), H >= 0 (k x d), scikit-learn
-    style: ``W = NMF(k).fit_transform(Y)``, ``H = model.components_``.
+    Minimises scikit-learn's objective
+
+        d_beta(Y | WH) + alpha_W l1_ratio d ||W||_1 + alpha_W (1 - l1_ratio) d / 2 ||W||^2
+                       + alpha_H l1_ratio m ||H||_1 + alpha_H (1 - l1_ratio) m / 2 ||H||^2
+
+    over W >= 0 (m x k), H >= 0 (k x d), with d_beta half the squared error
+    (``beta_loss="frobenius"``) or another beta-divergence, scikit-learn style:
+    ``W = NMF(k).fit_transform(Y)``, ``H = model.components_``.
 
     Parameters
     ----------
-    n_components : int or None
-        k.  None: d (as scikit-learn).  k > min(m, d) is allowed with a warning.
-    solver : {"msm", "hals", "pg", "apg", "bpp", "cgd"}
-        NNLS solver of each half-step (:mod:`msm_gpu.factorization.solvers`).  "msm" and
-        "hals" (MSM with omega=1, theta=0), "pg" and "apg" run on the CPU and on CUDA;
-        "bpp" and "cgd" on the CPU only.
+    n_components : int, "auto" or None
+        k.  "auto" (default, as scikit-learn): H's rows with ``init="custom"``, else d;
+        None: d.  k > min(m, d) is allowed with a warning.
+    solver : {"msm", "hals", "pg", "apg", "bpp", "cgd", "mu"}
+        "msm": MSM half-steps (Frobenius), proximal Newton half-steps with MSM inside
+        (other losses).  The NNLS solvers of :mod:`msm_gpu.factorization.solvers` ("hals"
+        = MSM with omega=1, theta=0; "pg", "apg" run on the CPU and on CUDA; "bpp" and
+        "cgd" on the CPU) minimise the Frobenius loss only.  "mu": scikit-learn's
+        multiplicative updates (Lee & Seung; Fevotte & Idier), any loss, CPU.
     omega : float in (0, 2)
-        MSM relaxation (solver "msm" only).
+        MSM relaxation (solver "msm").
     theta : float >= 0
-        MSM proximal term (solver "msm" only), relative to the scale of the Gram matrix:
-        ``theta * mean(diag G)`` is added to B's diagonal, so results do not depend on
-        the units of Y.  Default 0.001 (see :data:`DEFAULT_THETA` for the measurements
-        behind it).
+        MSM proximal term (solver "msm"), relative to the scale of the Gram matrix (or of
+        the Newton model): ``theta * mean(diag G)`` is added to B's diagonal, so results
+        do not depend on the units of Y.  Default 0.001 (:data:`DEFAULT_THETA`).
     inner_iter : "auto" or int
-        Most inner iterations per half-step; "auto" = Gillis & Glineur's
-        ``1 + 0.5 rho`` (see :func:`~msm_gpu.factorization.solvers.auto_inner_iter`).
-        Ignored by "bpp", which solves each half-step exactly.
+        Most MSM sweeps per half-step; "auto" = Gillis & Glineur's budget
+        (:func:`~msm_gpu.factorization.solvers.balanced_inner_iter`) for Frobenius, 30
+        per Newton model otherwise.  Ignored by "bpp" and "mu".
     inner_tol : float >= 0
-        Stop the inner iterations once one moves the iterate by at most ``inner_tol``
-        times what the first one did.
+        Stop the inner sweeps once one moves the iterate by at most ``inner_tol``
+        times what the first one did (Frobenius).
     max_iter : int
         Outer iterations (H-step + W-step).
     tol : float >= 0
         Stop when an outer iteration lowers the objective by at most ``tol`` times its
         value (default 1e-5); 0 disables the rule.  scikit-learn's ``NMF`` instead
-        checks every 10 iterations whether ||Y - WH|| fell by less than ``tol`` (1e-4)
+        checks every 10 iterations whether its error fell by less than ``tol`` (1e-4)
         times its value at the start since the last check; from the same start the two
-        defaults stop near each other, and where their objectives differ the two runs
-        have reached different local minima (``benchmarks/bench_nmf_defaults.py``).
+        defaults stop near each other (``benchmarks/bench_nmf_defaults.py``).
     time_limit : float or None
         Stop after this many seconds of iterations.
     init : {None, "random", "nndsvd", "nndsvda", "nndsvdar", "custom"}
         scikit-learn's inits and default rule (None: "nndsvda" if k <= min(m, d), else
         "random"); for an int seed the factors equal scikit-learn's
         (:mod:`msm_gpu.factorization.init`).  "custom": pass ``W`` and ``H`` to
-        ``fit``/``fit_transform``.
-    beta_loss : "frobenius" (or 2)
-        Accepted for scikit-learn compatibility; any other loss is refused.
+        ``fit``/``fit_transform``; without it W and H are ignored with a RuntimeWarning.
+    beta_loss : "frobenius", "kullback-leibler", "itakura-saito" or float
+        The beta-divergence (scikit-learn's names; 2, 1 and 0).  Y with zeros is refused
+        for beta <= 0 (the divergence is infinite there), as scikit-learn does.
+        Kullback-Leibler reads only Y's nonzeros (0 log 0 = 0): sparse and dense Y cost
+        the same per nonzero.
+    alpha_W, alpha_H, l1_ratio : float, float or "same", float in [0, 1]
+        scikit-learn's penalties and their scaling by the data's shape (above; ``alpha_H
+        ="same"`` takes ``alpha_W``).  ``transform`` applies W's.
     extrapolation : "auto", True or False
         Extrapolate between outer iterations (Ang and Gillis 2019,
-        :mod:`msm_gpu.factorization.extrapolation`); "auto": for "msm" and "hals".  The
+        :mod:`msm_gpu.factorization.extrapolation`); "auto": for "msm" and "hals" with
+        the Frobenius loss (for other losses it cost time in every case measured).  The
         objective history is then not monotone (restarts) and the best pair is returned.
     finish : "auto", "exact" or None
-        "exact": on the CPU, each "msm" half-step ends with the exact NNLS solve from the
-        MSM iterate (Lawson & Hanson's active set, :mod:`msm_gpu.solvers.nnls_columns`; k <=
-        ``msm_gpu.finish.columns.ACTIVE_SET_MAX_N``).  "auto" (default): so for sparse Y, not for
-        dense Y (see ``finish_half_steps`` for the measurements).  None: the paper's plain MSM
-        half-steps.  Ignored by the other solvers and on the GPU.
+        "exact": on the CPU, each Frobenius "msm" half-step ends with the exact NNLS
+        solve from the MSM iterate (Lawson & Hanson's active set,
+        :mod:`msm_gpu.solvers.nnls_columns`; k <= ``ACTIVE_SET_MAX_N``).  "auto"
+        (default): so for data with at most 10 % nonzero entries, stored dense or sparse
+        (``loop.SPARSE_LIKE_DENSITY``).  None: the paper's plain MSM half-steps.
     random_state : None, int, numpy RandomState or Generator
     backend : {"auto", "cpu", "cuda"}
         "auto": CUDA for CuPy/cupyx input, CPU otherwise.  Outputs have the input's
-        array type.
+        array type.  Losses other than Frobenius and ``solver="mu"`` run on the CPU.
     verbose : bool
-        Show a tqdm progress bar with the objective.
+        Show a tqdm progress bar with the objective (Frobenius).
 
     Attributes
     ----------
     components_ : (k, d) array
         H.
     reconstruction_err_ : float
-        ||Y - WH||_F at the end (as scikit-learn: not squared, not halved).
+        sqrt(2 d_beta(Y | WH)) at the end (scikit-learn's; ||Y - WH||_F for Frobenius),
+        penalties not included.
     n_iter_ : int
     history_ : (n_iter_ + 1, 2) ndarray
-        (seconds since the iterations started, 1/2 ||Y - WH||_F^2) after each outer
-        iteration, the initial point first.  With extrapolation the value is that of
-        the pair (new W, extrapolated H) the W-step used; the returned pair is the best.
+        (seconds since the iterations started, the objective with its penalties) after
+        each outer iteration, the initial point first.  With extrapolation the value is
+        that of the pair (new W, extrapolated H) the W-step used; the returned pair is
+        the best.  The last W-step, solved exactly after the loop, can only lower it
+        (``info_["objective"]``).
     converged_ : bool
         Whether the ``tol`` rule stopped the run.
     n_components_, n_features_in_ : int
@@ -172,6 +200,30 @@ class NMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         Column names of ``Y``, when it was a DataFrame with string column names.
     info_ : dict
         Everything :func:`nmf` returns as ``info``.
+
+    Notes
+    -----
+    Inside, Y is divided by a power of four near its largest entry and the factors by its
+    square root (exact): Y * 1e100 or Y * 1e-200 fit as Y does.  float32 Y gives float32
+    factors and ``transform`` output; the objective is summed in float64 and computed
+    from the residual where its Gram expansion would only measure rounding.
+
+    Differences from scikit-learn's ``NMF`` that remain, with their reasons:
+
+    * ``solver="cd"`` is not a name here: its coordinate descent is "hals" (MSM with
+      omega = 1, theta = 0), and the default "msm" is faster to the same objective.
+    * ``tol`` means a relative decrease per iteration (above); scikit-learn's rule,
+      checked every 10 iterations against the first error, stops far from convergence
+      on slowly converging losses (Itakura-Saito: 200 iterations at 1.7 % above its own
+      2000-iteration value).
+    * The returned W is solved exactly for the final H (scikit-learn returns its last
+      iterate): ``fit_transform`` and ``transform`` agree to 1e-6 where the W-step is
+      convex (Frobenius, KL, beta in [1, 2]); for beta outside [1, 2] each may end at
+      another local minimum of its nonconvex W-step (as scikit-learn's may).
+    * A custom ``W``/``H`` of another dtype is cast to Y's (scikit-learn raises
+      TypeError).
+    * ``shuffle`` (scikit-learn's cd) has no counterpart.
+    * Dask Y: Frobenius only, init "random" or "custom"; CuPy Y: Frobenius only.
 
     Examples
     --------
@@ -182,6 +234,10 @@ class NMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     >>> W = model.fit_transform(Y)
     >>> bool(model.reconstruction_err_ < 1e-2 * np.linalg.norm(Y))
     True
+    >>> counts = rng.poisson(3.0, size=(30, 20))
+    >>> kl = mg.NMF(3, beta_loss="kullback-leibler", random_state=0).fit(counts)
+    >>> kl.components_.shape
+    (3, 20)
     """
 
     # Checked by scikit-learn's ``_fit_context`` when fit starts (types and ranges, with
