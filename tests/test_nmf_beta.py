@@ -283,3 +283,18 @@ def test_frobenius_penalties_as_scikit_learn(solver):
     plain = mg.NMF(5, solver=solver, init="custom", max_iter=2000, tol=1e-10)
     plain.fit(Y, W=W0, H=H0)
     assert np.sum(model.components_ == 0) > np.sum(plain.components_ == 0)
+
+
+def test_an_infinite_start_recovers():
+    # a zero row of the custom W where Y's row is not: the divergence is +inf at the start
+    # (beta <= 1); the W-step moves that row off zero and the fit goes on
+    rng = np.random.default_rng(13)
+    Y = counts(seed=13) + 1.0
+    W0, H0 = rng.random((40, 4)), rng.random((4, 50))
+    W0[7] = 0.0
+    for loss in ("kullback-leibler", "itakura-saito"):
+        model = mg.NMF(4, beta_loss=loss, init="custom", max_iter=300).fit(Y, W=W0, H=H0)
+        hist = model.history_[:, 1]
+        assert np.isinf(hist[0]) and np.isfinite(hist[1:]).all()
+        assert np.all(np.diff(hist[1:]) <= 1e-9 * hist[1])
+        assert model.converged_

@@ -383,7 +383,9 @@ def alternate_beta(data, W, Ht, p, reg):
                 dh, ch = newton_half_step(data, "H", W, Ht, *reg_h, **opts, **fit)
                 dw, cw = newton_half_step(data, "W", Ht, W, *reg_w, **opts, **fit)
                 f_new = f + float(dh.sum()) + float(dw.sum())
-                if (n_iter + 1) % RESYNC == 0:
+                if (n_iter + 1) % RESYNC == 0 or not math.isfinite(f_new):
+                    # (an infinite start, a zero row of W where Y's is not, leaves the
+                    # changes undefined: the objective is evaluated afresh)
                     f_new = objective(data, W, Ht, reg)
                 counts = (int(ch[:, 1].sum()), int(cw[:, 1].sum()))
                 pair = (W, Ht)

@@ -154,7 +154,9 @@ def _make(kind):
             if su == 0.0:
                 continue
             if z[i] <= zmin:  # the ratio form needs z > 0: values directly
-                total += entry_value(beta, v, z[i] + su) - entry_value(beta, v, z[i])
+                after, before = entry_value(beta, v, z[i] + su), entry_value(beta, v, z[i])
+                if after != before:  # (both +inf: no change, not NaN)
+                    total += after - before
                 continue
             rel = su * iz[i]
             if rel <= -1.0:
