@@ -142,3 +142,17 @@ def test_dask_input_is_read_chunk_by_chunk():
     np.testing.assert_allclose(W.compute(), ref.transform(X), rtol=1e-8, atol=1e-10)
     assert model.reconstruction_err_ == pytest.approx(ref.reconstruction_err_, rel=1e-8)
     assert model.n_steps_ == ref.n_steps_ == 24
+
+
+def test_bad_input_is_refused_clearly():
+    X = digits(50)
+    with pytest.raises(ValueError, match="Negative values"):
+        mg.MiniBatchNMF(2).fit(-X - 1)
+    with pytest.raises(ValueError, match="beta_loss <= 0"):
+        mg.MiniBatchNMF(2, beta_loss="itakura-saito").fit(X)  # digits have zeros
+    model = mg.MiniBatchNMF(2, random_state=0).partial_fit(X)
+    with pytest.raises(ValueError, match="features"):
+        model.partial_fit(X[:, :10])
+    da = pytest.importorskip("dask.array")
+    with pytest.raises(TypeError, match="partial_fit takes one batch in memory"):
+        model.partial_fit(da.from_array(X, chunks=(25, 64)))

@@ -322,6 +322,11 @@ class MiniBatchNMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     def partial_fit(self, X, y=None, W=None, H=None):
         """One batch: X's W solved exactly, then H updated (the first call starts the
         model from X: scikit-learn's init, or ``init="custom"`` with H)."""
+        if is_dask_array(X):
+            raise TypeError(
+                "partial_fit takes one batch in memory (NumPy or SciPy); pass a dask array "
+                "to fit, which reads it one row chunk at a time, or compute its blocks"
+            )
         first = not hasattr(self, "components_")
         X = self._check_X(X, reset=first)
         p = self._params()
