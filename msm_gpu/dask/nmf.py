@@ -48,7 +48,6 @@ import numpy as np
 from ..arrays import is_cupy, namespace, to_host
 from ..backends import get_backend
 from ..factorization import solvers as ns
-from ..factorization.extrapolation import revive
 from ..factorization.init import random_source
 from ..factorization.loop import (
     EXPANSION_ULPS,
@@ -281,11 +280,10 @@ class OnDask:
         return self.gram(h), self.h_yt(h)
 
     def extrapolate(self, ex, new, old):
-        """``max(new + beta (new - old), 0)`` blockwise (Extrapolation.point), with the
-        components it zeroes taken from ``new`` (a row reduction), persisted."""
+        """``max(new + beta (new - old), 0)`` blockwise (Extrapolation.point), persisted."""
         import dask.array as da
 
-        return revive(da.maximum(new + ex.beta * (new - old), 0), new).persist()
+        return da.maximum(new + ex.beta * (new - old), 0).persist()
 
     def scale_rows(self, x, s):
         return (x * np.asarray(s, dtype=x.dtype)[:, None]).persist()

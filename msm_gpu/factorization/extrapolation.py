@@ -16,8 +16,9 @@ weight beta adapts to the objective f of the pair just computed:
 
 The paper's parameters: beta_0 = 0.5, eta = 1.5, gamma = 1.01, gamma_bar = 1.005.  The
 projection onto the nonnegative orthant keeps every iterate feasible, so every objective
-value the loop records is that of a feasible pair; a component the projection would zero
-keeps its new value (:func:`revive`).
+value the loop records is that of a feasible pair.  The projection can zero a whole
+component of the factor; the next half-step then keeps the other factor's component where
+it was (``solvers.keep_free_components``), so the component is not lost.
 """
 
 from __future__ import annotations
@@ -37,14 +38,12 @@ class Extrapolation:
         self.restarts = 0
 
     def point(self, new, old):
-        """``max(new + beta (new - old), 0)`` (a new array; the inputs are not modified),
-        with every component (row) that this projection zeroes while ``new`` has it
-        nonzero taken from ``new`` (:func:`revive`)."""
+        """``max(new + beta (new - old), 0)`` (a new array; the inputs are not modified)."""
         mod = module_of(new)
         out = new - old  # then updated in place: one temporary, not three
         out *= self.beta
         out += new
-        return revive(mod.maximum(out, 0.0, out=out), new)
+        return mod.maximum(out, 0.0, out=out)
 
     def update(self, f_new, f_old):
         """Adapt beta to the objective change; True if f decreased (keep extrapolating)."""
@@ -56,24 +55,3 @@ class Extrapolation:
         self.beta = min(self.beta_bar, self.gamma * self.beta)
         self.beta_bar = min(1.0, self.gamma_bar * self.beta_bar)
         return True
-
-
-def revive(point, new):
-    """``point`` with its all-zero rows that are nonzero in ``new`` replaced by ``new``'s.
-
-    An extrapolated factor with a zero component (a row of H or of W', k x c) gives the
-    next half-step a zero row and column in its Gram matrix: an exact half-step then
-    zeroes the other factor's component too, and the component is lost for good (issue
-    49: 2 of 3 components on a 30 x 12 matrix, with the exact finish).  Works on NumPy,
-    CuPy and Dask arrays (the row test is then a reduction the caller persists)."""
-    if len(point.shape) != 2:
-        return point
-    zero = point.max(axis=1) <= 0
-    if hasattr(zero, "dask"):
-        import dask.array as da
-
-        return da.where((zero & (new.max(axis=1) > 0))[:, None], new, point)
-    if bool(zero.any()):  # rare: only then is ``new`` read
-        dead = zero & (new.max(axis=1) > 0)
-        point[dead] = new[dead]
-    return point
