@@ -1,10 +1,10 @@
 """The README and the user guide are the contract: every ```python block runs, and prints
-what it says.
+exactly what it says.
 
 A ```python block may be followed by an ```output block: what the block prints, line by
-line.  ``...`` in an output line matches anything (timings, machine-dependent values); a
-number matches a printed number within 1.5 units of its last shown digit (so the README
-may round), an integer exactly; everything else must match character for character.
+line, compared character for character (leading and trailing blanks aside).  Examples
+print with a fixed format (``f"{res.fun:.6f}"``) so that what the page shows is what a
+user sees; a value that depends on the machine (a time) is not printed.
 
 The README keeps one short example; the others live in the user guide's pages
 (``docs/user_guide/*.md``), checked the same way.  Blocks run in order within a file,
@@ -45,37 +45,14 @@ CASES = [
     for path, blocks in FILES.items()
     for index in range(len(blocks))
 ]
-NUMBER = r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?"
-
-
-def _tolerance(shown: str) -> float:
-    """Half-again a unit of the last digit of a printed float (0 for an integer)."""
-    mantissa, _, exponent = shown.lower().partition("e")
-    if "." not in mantissa:
-        return 0.0 if not exponent else 1.5 * 10.0 ** int(exponent)
-    decimals = len(mantissa.split(".")[1])
-    return 1.5 * 10.0 ** (int(exponent or 0) - decimals)
 
 
 def line_matches(expected: str, got: str) -> str | None:
-    """None if ``got`` matches the ``expected`` output line, else why not."""
-    parts = re.split(rf"(\.\.\.|{NUMBER})", expected.strip())
-    pattern, numbers = "", []
-    for i, part in enumerate(parts):
-        if i % 2 == 0:
-            pattern += re.escape(part)
-        elif part == "...":
-            pattern += ".*?"
-        else:
-            pattern += f"({NUMBER})"
-            numbers.append(part)
-    match = re.fullmatch(pattern, got.strip())
-    if match is None:
-        return f"{got.strip()!r} does not have the form {expected.strip()!r}"
-    for shown, printed in zip(numbers, match.groups(), strict=True):
-        if abs(float(printed) - float(shown)) > _tolerance(shown):
-            return f"printed {printed}, the README says {shown} (in {got.strip()!r})"
-    return None
+    """None if ``got`` is the ``expected`` output line (blanks at either end aside), else
+    why not."""
+    if got.strip() == expected.strip():
+        return None
+    return f"printed {got.strip()!r}, the page shows {expected.strip()!r}"
 
 
 def test_readme_has_examples_with_outputs():
@@ -89,14 +66,11 @@ def test_user_guide_has_examples_with_outputs():
     assert sum(output is not None for _, output in blocks) >= 5
 
 
-def test_line_matching_rules():
-    assert line_matches("345.74 10 True (100, 50)", "345.7442959 10 True (100, 50)") is None
-    assert line_matches("345.74 10 True", "345.7642959 10 True") is not None  # 2 units off
-    assert line_matches("345.74 10 True", "345.74 11 True") is not None  # integers exact
-    assert line_matches("1.5e-07 ok", "1.6e-07 ok") is None
-    assert line_matches("1.5e-07 ok", "1.7e-07 ok") is not None
-    assert line_matches("True ... direct", "True 7.9e-17 direct") is None
-    assert line_matches("True ... direct", "False 7.9e-17 direct") is not None
+def test_line_matching_is_literal():
+    assert line_matches("F = 345.744296, 0 MSM sweeps", "F = 345.744296, 0 MSM sweeps ") is None
+    assert line_matches("F = 345.744296", "F = 345.744297") is not None  # one digit off
+    assert line_matches("F = 345.744296", "F = 345.74429590175697") is not None  # unrounded
+    assert line_matches("True ... direct", "True 7.9e-17 direct") is not None  # no wildcard
 
 
 @pytest.mark.parametrize(("path", "index"), CASES)
