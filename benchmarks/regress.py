@@ -18,6 +18,10 @@ in turn in the same process (each the best of k interleaved runs), lower is bett
 * ``nmf/<data>``: ``mg.NMF(...).fit`` over scikit-learn's ``NMF(solver="cd")`` from the
   same start, both at their defaults; msm's final error must not be above scikit-learn's
   by more than 1e-3 relative.
+* ``nmf_kl``, ``nmf_is``, ``nmf_extras``: Kullback-Leibler and Itakura-Saito NMF over
+  scikit-learn's ``mu`` at its defaults; regularised and mini-batch NMF beside scikit-learn.
+* ``sparse_support``: sparse NNLS whose answer has thousands of nonzeros over scikit-learn's
+  default positive Lasso, and a dense square NNLS with a large support over SciPy's.
 * ``denoise``: ``mg.denoise`` (MSM) over its K-SVD comparator (``method="ksvd"``), both
   at their defaults, at equal PSNR (within 0.3 dB).
 * ``first_call/<road>``: seconds a fresh process's first call costs over its second one,
@@ -337,6 +341,62 @@ def cell_denoise(quick):
     return {f"denoise/camera {size}x{size} sigma 20": Metric(value, "ratio", details)}
 
 
+# -- cells: NMF beyond Frobenius, and sparse designs with large supports ---------------------
+
+
+def _jsonable(d):
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in d.items()}
+
+
+def cell_nmf_beta(loss, quick):
+    """KL / IS NMF at its defaults over scikit-learn's ``mu`` at its defaults, from the same
+    nndsvda start (bench_nmf_beta.py); infinite where our objective is more than 1e-3 above
+    ``mu``'s after 2000 iterations (issue 49's reference)."""
+    import bench_nmf_beta
+
+    row = (bench_nmf_beta.kl_ratios if loss == "kl" else bench_nmf_beta.is_ratios)(
+        repeats=2 if quick else 3
+    )
+    gap = (row["f_msm_gpu"] - row["f_sklearn_mu_2000"]) / abs(row["f_sklearn_mu_2000"])
+    value = row["t_msm_gpu"] / row["t_sklearn_mu"] if gap <= 1e-3 else math.inf
+    return {f"nmf/{loss} 400x600 k=10": Metric(value, "ratio", {**_jsonable(row), "gap": gap})}
+
+
+def cell_nmf_extras(quick):
+    """Regularised Frobenius NMF (time to cd's penalised objective over cd's) and the
+    mini-batch NMF (time to scikit-learn's MiniBatchNMF error over its time), from
+    bench_nmf.py and bench_nmf_minibatch.py."""
+    import bench_nmf
+    import bench_nmf_minibatch
+
+    out = {}
+    reg = bench_nmf.regularised_ratios(seeds=(0,) if quick else (0, 1, 2))
+    out["nmf/regularised digits k=20"] = Metric(reg["median"], "ratio", _jsonable(reg))
+    runs = bench_nmf_minibatch.minibatch_ratios(repeats=1 if quick else 3)
+    for row in runs:
+        shape = "x".join(map(str, row["shape"]))
+        value = row["time_ratio"] if row["err_msm_gpu"] <= row["err_sklearn"] else math.inf
+        out[f"nmf/minibatch {row['loss']} {shape}"] = Metric(value, "ratio", _jsonable(row))
+    return out
+
+
+def cell_sparse_support(quick):
+    """Issue 51's cells (bench_sparse_support.py): sparse NNLS with thousands of nonzeros in
+    the answer over scikit-learn's default positive Lasso, and a dense square NNLS with a
+    large support over SciPy's nnls; infinite where msm_gpu's answer is not exact."""
+    import bench_sparse_support as bss
+
+    rows = [bss.cell_issue(quick), bss.cell_sparse(1e-4, quick), bss.cell_sparse(1e-3, quick)]
+    rows.append(bss.cell_dense_square(quick))
+    out = {}
+    for row in rows:
+        shape = "x".join(map(str, row["shape"]))
+        value = row["ratio"] if row["exact"] else math.inf
+        details = {k: v for k, v in _jsonable(row).items() if k != "cell"}
+        out[f"sparse_support/{row['cell']} {shape}"] = Metric(value, "ratio", details)
+    return out
+
+
 # -- cells: first call in a fresh process ----------------------------------------------------
 
 FIRST_CALL_ROADS = ("nnls", "ls_l1", "nmf", "denoise")
@@ -376,9 +436,18 @@ def cells():
         design, m, n, frac, _ = spec
         out[f"lasso/{design} {m}x{n} {frac:g}lmax"] = lambda quick, s=spec: cell_lasso(s, quick)
     out["nmf"] = cell_nmf
+    out["nmf_kl"] = lambda quick: cell_nmf_beta("kl", quick)
+    out["nmf_is"] = lambda quick: cell_nmf_beta("is", quick)
+    out["nmf_extras"] = cell_nmf_extras
+    out["sparse_support"] = cell_sparse_support
     out["denoise"] = cell_denoise
     out["first_call"] = cell_first_call
     return out
+
+
+#: Cells of the full run only: their references (scikit-learn's mu for 2000 iterations on
+#: Itakura-Saito, the mini-batch fits to scikit-learn's error) take a minute each.
+FULL_ONLY = ("nmf_is", "nmf_extras")
 
 
 # -- measure, compare, save ------------------------------------------------------------------
@@ -611,7 +680,10 @@ def main(argv=None):
         render_docs_page(args.baseline)
         print(f"wrote the headline table into {README} and {DOCS_PAGE}")
         return 0
-    names = list(table) if args.only is None else args.only
+    if args.only is not None:
+        names = args.only
+    else:  # the quick gate leaves out the cells whose reference runs take minutes
+        names = [n for n in table if not (args.quick and n in FULL_ONLY)]
     unknown = [n for n in names if n not in table]
     if unknown:
         parser.error(f"unknown cell(s): {', '.join(unknown)} (see --list)")
