@@ -38,6 +38,7 @@ GENERATED = (
     "benchmarks/results/",
     "docs/_build/",
     "docs/auto_examples/",
+    "auto_examples/",
     "docs/_generated/",
     "docs/api/generated/",
 )
