@@ -359,10 +359,12 @@ def cell_nmf_beta(loss, quick):
     nndsvda start (bench_nmf_beta.py); infinite where our objective is more than 1e-3 above
     ``mu``'s after 2000 iterations (issue 49's reference)."""
     import bench_nmf_beta
+    from threadpoolctl import threadpool_limits
 
-    row = (bench_nmf_beta.kl_ratios if loss == "kl" else bench_nmf_beta.is_ratios)(
-        repeats=2 if quick else 3
-    )
+    with threadpool_limits(limits=1, user_api="blas"):  # as cell_nmf: BLAS on one thread
+        row = (bench_nmf_beta.kl_ratios if loss == "kl" else bench_nmf_beta.is_ratios)(
+            repeats=2 if quick else 3
+        )
     gap = (row["f_msm_gpu"] - row["f_sklearn_mu_2000"]) / abs(row["f_sklearn_mu_2000"])
     value = row["t_msm_gpu"] / row["t_sklearn_mu"] if gap <= 1e-3 else math.inf
     return {f"nmf/{loss} 400x600 k=10": Metric(value, "ratio", {**_jsonable(row), "gap": gap})}
@@ -374,11 +376,13 @@ def cell_nmf_extras(quick):
     bench_nmf.py and bench_nmf_minibatch.py."""
     import bench_nmf
     import bench_nmf_minibatch
+    from threadpoolctl import threadpool_limits
 
     out = {}
-    reg = bench_nmf.regularised_ratios(seeds=(0,) if quick else (0, 1, 2))
+    with threadpool_limits(limits=1, user_api="blas"):  # as cell_nmf: BLAS on one thread
+        reg = bench_nmf.regularised_ratios(seeds=(0,) if quick else (0, 1, 2))
+        runs = bench_nmf_minibatch.minibatch_ratios(repeats=1 if quick else 3)
     out["nmf/regularised digits k=20"] = Metric(reg["median"], "ratio", _jsonable(reg))
-    runs = bench_nmf_minibatch.minibatch_ratios(repeats=1 if quick else 3)
     for row in runs:
         shape = "x".join(map(str, row["shape"]))
         value = row["time_ratio"] if row["err_msm_gpu"] <= row["err_sklearn"] else math.inf
