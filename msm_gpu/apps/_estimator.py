@@ -179,3 +179,20 @@ def check_sample_weight_not_all_zero(sample_weight):
     sw = np.asarray(sample_weight)
     if sw.size and sw.dtype.kind in "biuf" and not np.any(sw):
         raise ValueError("sample_weight is all zero: at least one sample weight must be positive")
+
+
+class FactorsMixin:
+    """What both NMF estimators declare to scikit-learn: nonnegative input, dense or sparse,
+    float32 kept, and k output features (``nmf0``, ``nmf1``, ...)."""
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.positive_only = True
+        tags.input_tags.sparse = True
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        return tags
+
+    @property
+    def _n_features_out(self):
+        """k, for ``get_feature_names_out``."""
+        return self.components_.shape[0]

@@ -35,10 +35,10 @@ from ..factorization.loop import (
 )
 from ..factorization.minibatch import OnlineState
 from ..factorization.regularization import check_alphas
-from ._estimator import RANDOM_STATE_CONSTRAINT, fit_context, validate_X
+from ._estimator import RANDOM_STATE_CONSTRAINT, FactorsMixin, fit_context, validate_X
 
 
-class MiniBatchNMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+class MiniBatchNMF(FactorsMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Mini-batch nonnegative matrix factorisation Y ~ W H (scikit-learn's ``MiniBatchNMF``).
 
     Minimises scikit-learn's objective (``beta_loss``, ``alpha_W``, ``alpha_H``,
@@ -161,17 +161,6 @@ class MiniBatchNMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         self.transform_max_iter = transform_max_iter
         self.random_state = random_state
         self.verbose = verbose
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.positive_only = True
-        tags.input_tags.sparse = True
-        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
-        return tags
-
-    @property
-    def _n_features_out(self):
-        return self.components_.shape[0]
 
     # -- checks and the shared start ---------------------------------------------------------
 

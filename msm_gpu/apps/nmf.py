@@ -97,12 +97,18 @@ from ..factorization.loop import (
 )
 from ..factorization.regularization import Regularization
 from ..finish.run import FINISH_MODES
-from ._estimator import BACKEND_CONSTRAINT, RANDOM_STATE_CONSTRAINT, fit_context, validate_X
+from ._estimator import (
+    BACKEND_CONSTRAINT,
+    RANDOM_STATE_CONSTRAINT,
+    FactorsMixin,
+    fit_context,
+    validate_X,
+)
 
 # -- public API ----------------------------------------------------------------------------
 
 
-class NMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+class NMF(FactorsMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Nonnegative matrix factorisation Y ~ W H, each half-step a batch of MSM problems.
 
     Minimises scikit-learn's objective
@@ -311,18 +317,6 @@ class NMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         self.random_state = random_state
         self.backend = backend
         self.verbose = verbose
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.positive_only = True
-        tags.input_tags.sparse = True
-        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
-        return tags
-
-    @property
-    def _n_features_out(self):
-        """k, for ``get_feature_names_out`` (``nmf0``, ``nmf1``, ...)."""
-        return self.components_.shape[0]
 
     @fit_context
     def fit_transform(self, Y, y=None, W=None, H=None):

@@ -220,6 +220,18 @@ def _wh(data, W, Ht):
     return W @ Ht.T
 
 
+def _mu_dense_terms(y, wh, other, beta):
+    """scikit-learn's multiplicative-update numerator (Y (WH)^(beta-2)) F and denominator
+    (WH)^(beta-1) F for a dense Y, with its EPSILON floors; ``wh`` is overwritten."""
+    whd = wh.copy()
+    if beta < 1.0:
+        whd[whd < EPSILON] = EPSILON
+    if beta < 2.0:
+        wh[wh < EPSILON] = EPSILON
+    ws = y / (wh * wh) if beta == 0.0 else y * wh ** (beta - 2.0)
+    return ws @ other, (whd ** (beta - 1.0)) @ other
+
+
 def mu_update_w(data, W, Ht, l1, l2):
     """scikit-learn's ``_multiplicative_update_w`` (update in place, W then clipped for
     beta < 1 as scikit-learn does)."""
@@ -234,19 +246,7 @@ def mu_update_w(data, W, Ht, l1, l2):
             _kl_numerator(y.indptr, y.indices, y.data, W, Ht, EPSILON, numerator)
             denominator = np.broadcast_to(Ht.sum(axis=0), W.shape).copy()
         else:
-            wh = _wh(data, W, Ht)
-            whd = wh.copy()
-            if beta < 1.0:
-                whd[whd < EPSILON] = EPSILON
-            ws = wh
-            if beta < 2.0:
-                ws[ws < EPSILON] = EPSILON
-            if beta == 0.0:
-                ws = y / (ws * ws)
-            else:
-                ws = y * ws ** (beta - 2.0)
-            numerator = ws @ Ht
-            denominator = (whd ** (beta - 1.0)) @ Ht
+            numerator, denominator = _mu_dense_terms(y, _wh(data, W, Ht), Ht, beta)
     if l1 > 0:
         denominator = denominator + l1
     if l2 > 0:
@@ -275,19 +275,7 @@ def _mu_h_terms(data, W, Ht, l1, l2):
         wsum[wsum == 0] = 1.0
         denominator = np.broadcast_to(wsum, Ht.shape).copy()
     else:
-        wh = Ht @ W.T  # (WH)' (d x m)
-        whd = wh.copy()
-        if beta < 1.0:
-            whd[whd < EPSILON] = EPSILON
-        ws = wh
-        if beta < 2.0:
-            ws[ws < EPSILON] = EPSILON
-        if beta == 0.0:
-            ws = yt / (ws * ws)
-        else:
-            ws = yt * ws ** (beta - 2.0)
-        numerator = ws @ W
-        denominator = (whd ** (beta - 1.0)) @ W
+        numerator, denominator = _mu_dense_terms(yt, Ht @ W.T, W, beta)  # on (WH)', d x m
     numerator = np.asarray(numerator)
     if l1 > 0:
         denominator = denominator + l1
