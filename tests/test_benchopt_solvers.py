@@ -161,6 +161,34 @@ def test_nnls_solver_matches_scipy(load_solver, positive, layout):
     np.testing.assert_array_equal(solver.get_result()["beta"], np.zeros(12))
 
 
+@pytest.mark.parametrize("name", ["benchmark_nnls", "benchmark_lasso"])
+def test_loose_tolerance_is_capped_at_the_default(load_solver, monkeypatch, name):
+    """benchopt's loose tolerances (1, 0.67, ...) never loosen msm-gpu's tol past its
+    default, whose answer is exact: the answer at tol=1 is the exact one."""
+    X, y = _regression(30, 12)
+    solver = load_solver(name)
+    if name == "benchmark_nnls":
+        objective, call = dict(X=X, y=y, fit_intercept=False), "nnls"
+        ref = scipy_nnls(X, y)[0]
+    else:
+        lmbd = 0.1 * abs(X.T @ y).max()
+        objective, call = dict(X=X, y=y, lmbd=lmbd, fit_intercept=False), "least_squares"
+        ref = Lasso(alpha=lmbd / 30, fit_intercept=False, tol=1e-14, max_iter=100_000)
+        ref = ref.fit(X, y).coef_
+    seen = []
+    original = getattr(mg, call)
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["tol"])
+        return original(*args, **kwargs)
+
+    beta = _solve(solver, objective, 1.0)["beta"]
+    np.testing.assert_allclose(beta, ref, atol=1e-7)
+    monkeypatch.setattr(mg, call, spy)
+    solver.run(1.0)
+    assert seen == [1e-6]
+
+
 def test_nnls_solver_skips_intercept(load_solver):
     X, y = _regression(10, 4)
     skip, reason = load_solver("benchmark_nnls").skip(X=X, y=y, fit_intercept=True)

@@ -47,10 +47,29 @@ def is_ours(solver_name: str) -> bool:
     return solver_name.split("[")[0] == OURS
 
 
-def load(benchmark: str) -> pd.DataFrame:
-    """The result rows of one benchmark, with the relative suboptimality added."""
+def _fits_kl(solver_name: str) -> bool:
+    return "kullback-leibler" in solver_name
+
+
+#: What is compared on each benchmark: (name suffix, objective column, solvers).  NMF's
+#: value is the Frobenius loss; the solvers fitting the KL divergence are compared on it.
+VIEWS = {
+    "benchmark_nmf": [
+        ("", "objective_value", lambda s: not _fits_kl(s)),
+        ("_kl", "objective_kullback-leibler", _fits_kl),
+    ]
+}
+DEFAULT_VIEWS = [("", "objective_value", lambda s: True)]
+
+
+def load(benchmark: str, column: str = "objective_value", solvers=None) -> pd.DataFrame:
+    """The result rows of one benchmark (the ``solvers`` kept, all by default), with the
+    relative suboptimality of ``column`` added."""
     df = pd.read_parquet(RESULTS / f"{benchmark}.parquet")
-    df = df[np.isfinite(df["objective_value"])].copy()
+    if solvers is not None:
+        df = df[df["solver_name"].map(solvers)]
+    df = df[np.isfinite(df[column])].copy()
+    df["objective_value"] = df[column]
     best = df.groupby(KEYS)["objective_value"].transform("min")
     first = (
         df.sort_values("time")
@@ -203,12 +222,14 @@ def main(argv=None) -> None:
         if not (RESULTS / f"{benchmark}.parquet").exists():
             print(f"{benchmark}: no result file in {RESULTS}")
             continue
-        df = load(benchmark)
-        print(f"<!-- {benchmark}: {machine(df)} -->")
-        print(table(df, benchmark))
-        print()
-        if not args.no_png:
-            plot(df, benchmark, RESULTS / f"{benchmark}.png")
+        for suffix, column, solvers in VIEWS.get(benchmark, DEFAULT_VIEWS):
+            df = load(benchmark, column, solvers)
+            name = f"{benchmark}{suffix}"
+            print(f"<!-- {name} ({column}): {machine(df)} -->")
+            print(table(df, name))
+            print()
+            if not args.no_png:
+                plot(df, name, RESULTS / f"{name}.png")
 
 
 if __name__ == "__main__":
