@@ -3,8 +3,9 @@
 Build: ``pip install -e ".[docs]" && sphinx-build -W --keep-going -b html docs docs/_build/html``
 (CI does exactly this).  The example gallery (``examples/``) runs at build time; the
 benchmark plots are drawn at build time from the saved results in ``docs/benchmarks/``
-(``docs/_ext/benchdata.py``).  Nothing generated is committed: ``docs/_build``,
-``docs/_generated``, ``docs/auto_examples`` and ``docs/api/generated`` are in .gitignore.
+(``docs/_ext/benchdata.py``; the benchopt curves by ``benchmarks/benchopt/plot_results.py``).
+Nothing generated is committed: ``docs/_build``, ``docs/_generated``, ``docs/auto_examples``,
+``docs/api/generated`` and the benchopt PNGs are in .gitignore.
 """
 
 from __future__ import annotations
@@ -161,8 +162,24 @@ def _check_api_reference(app):
         )
 
 
+def _benchopt_curves(app):
+    """The benchopt pages' curves (docs/benchmarks/benchopt/*.png), drawn from the saved
+    result files by benchmarks/benchopt/plot_results.py (pandas and pyarrow read them)."""
+    import contextlib
+    import importlib.util
+    import io
+
+    path = HERE.parent / "benchmarks" / "benchopt" / "plot_results.py"
+    spec = importlib.util.spec_from_file_location("_benchopt_plot_results", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with contextlib.redirect_stdout(io.StringIO()):  # the tables it prints are on the page
+        module.main([])
+
+
 def setup(app):
     app.connect("builder-inited", _check_api_reference)
+    app.connect("builder-inited", _benchopt_curves)
     app.connect("autodoc-skip-member", _skip_member)
     # after numpydoc's own handler (priority 500) has turned the sections into markup
     app.connect("autodoc-process-docstring", _escape_plain_text, priority=900)
