@@ -3,15 +3,14 @@
     python benchmarks/benchopt/side_by_side.py CLONES [benchmark ...]
 
 CLONES is a folder holding clones of the benchmarks (``benchmark_nnls``, ...) into which
-``run_benchmark.sh`` copied msm-gpu's solver (as ``solvers/msm_gpu.py``).  Each case builds
-the benchmark's own objective, dataset and solver objects from those files, then runs
-msm-gpu's solver at its default tolerance (1e-6; its answer is exact) and each peer at the
-smallest stop value whose median reached a relative suboptimality of 1e-10 in the benchopt
-run (read from its curves), in three rounds of K runs per solver, and prints the best and
-the median time and each answer's distance to the best of them.  benchopt times one
-solver's repetitions one after the other on a machine whose load moves; these rounds put
-the solvers next to each other.
-"""
+``run_benchmark.sh`` copied msm-gpu's solver (``CLONES/benchmark_*/solvers/msm_gpu.py``).
+Each case builds the benchmark's own objective, dataset and solver objects from those
+files, then runs msm-gpu's solver at its default tolerance (1e-6; its answer is exact) and
+each peer at the smallest stop value whose median reached a relative suboptimality of
+1e-10 in the benchopt run (read from its curves), in three rounds of K runs per solver,
+and prints the best and the median time and each answer's distance to the best of them.
+benchopt times one solver's repetitions one after the other on a machine whose load moves;
+these rounds put the solvers next to each other."""
 
 from __future__ import annotations
 
