@@ -283,10 +283,9 @@ class OnDask:
         """``max(new + beta (new - old), 0)`` blockwise (Extrapolation.point), persisted."""
         import dask.array as da
 
-        from ..factorization.extrapolation import revive
-
-        point = da.maximum(new + ex.beta * (new - old), 0)
-        return (revive(point, new) if ex.keep_components else point).persist()
+        if ex.in_warmup():
+            return new
+        return da.maximum(new + ex.beta * (new - old), 0).persist()
 
     def scale_rows(self, x, s):
         return (x * np.asarray(s, dtype=x.dtype)[:, None]).persist()

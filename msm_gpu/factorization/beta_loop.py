@@ -347,9 +347,7 @@ def alternate_beta(data, W, Ht, p, reg):
     fit = {"newton": FIT_NEWTON, "sweeps": FIT_SWEEPS, "sweep_tol": FIT_SWEEP_TOL}
     if not (isinstance(p["inner_iter"], str) and p["inner_iter"] == "auto"):
         fit["sweeps"] = int(p["inner_iter"])
-    keep = reg.l1_w > 0 or reg.l1_h > 0  # as the Frobenius loop (extrapolation.py)
-    extrapolate = solver == "msm" and p["extrapolation"] is True
-    ex = Extrapolation(keep_components=keep) if extrapolate else None
+    ex = Extrapolation() if solver == "msm" and p["extrapolation"] is True else None
     reg_h, reg_w = (reg.l1_h, reg.l2_h), (reg.l1_w, reg.l2_w)
     start = time.perf_counter()
     with blas_controller().limit(limits=1, user_api="blas"):

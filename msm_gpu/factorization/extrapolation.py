@@ -18,12 +18,14 @@ The paper's parameters: beta_0 = 0.5, eta = 1.5, gamma = 1.01, gamma_bar = 1.005
 projection onto the nonnegative orthant keeps every iterate feasible, so every objective
 value the loop records is that of a feasible pair.  The projection can zero a whole
 component of the factor; the next half-step then keeps the other factor's component where
-it was (``solvers.keep_free_components``), and without a penalty the zeroed component
-comes back at its next half-step (its gradient there, -(Y H_t')_i, is negative).  An l1
-penalty adds its weight to that gradient and can hold the component at zero for good
-(digits, k = 10, alpha_W = 0.01, l1_ratio = 1: 6 of 10 components lost), so with an l1
-penalty the projection keeps the new value of every component it would zero
-(``keep_components``, :func:`revive`).
+it was (``solvers.keep_free_components``), so the component is not lost.
+
+With an l1 penalty the first iteration is not extrapolated (``warmup``): the move from
+the initial pair is no direction of the trajectory, and pushed along it the next exact
+half-step put whole components into the penalty's zero, where the penalty keeps them
+(digits, k = 10, nndsvda, alpha_W = 0.01, l1_ratio = 1: 2 of 10 lost in the first
+W-step, objective 451 803; from the second iteration on: none lost, 380 505, below the
+plain iterates' 386 199).
 """
 
 from __future__ import annotations
@@ -34,9 +36,9 @@ from ..arrays import module_of
 class Extrapolation:
     """The adaptive weight of Ang and Gillis (2019) and the extrapolated points."""
 
-    def __init__(self, beta0=0.5, eta=1.5, gamma=1.01, gamma_bar=1.005, keep_components=False):
+    def __init__(self, beta0=0.5, eta=1.5, gamma=1.01, gamma_bar=1.005, warmup=0):
         self.beta = float(beta0)
-        self.keep_components = bool(keep_components)
+        self.warmup = int(warmup)  # points still to return plain (H and W count one each)
         self.beta_bar = 1.0
         self.eta = float(eta)
         self.gamma = float(gamma)
@@ -45,14 +47,21 @@ class Extrapolation:
 
     def point(self, new, old):
         """``max(new + beta (new - old), 0)`` (a new array; the inputs are not modified);
-        with ``keep_components``, a component (row) it zeroes while ``new`` has it nonzero
-        is taken from ``new``."""
+        ``new`` itself (a copy) during the warm-up."""
+        if self.in_warmup():
+            return new.copy()
         mod = module_of(new)
         out = new - old  # then updated in place: one temporary, not three
         out *= self.beta
         out += new
-        out = mod.maximum(out, 0.0, out=out)
-        return revive(out, new) if self.keep_components else out
+        return mod.maximum(out, 0.0, out=out)
+
+    def in_warmup(self):
+        """Whether this point is one of the first ``warmup`` (each call counts one)."""
+        if self.warmup > 0:
+            self.warmup -= 1
+            return True
+        return False
 
     def update(self, f_new, f_old):
         """Adapt beta to the objective change; True if f decreased (keep extrapolating)."""
@@ -64,17 +73,3 @@ class Extrapolation:
         self.beta = min(self.beta_bar, self.gamma * self.beta)
         self.beta_bar = min(1.0, self.gamma_bar * self.beta_bar)
         return True
-
-
-def revive(point, new):
-    """``point`` (k x c) with its all-zero rows that are nonzero in ``new`` taken from
-    ``new``; NumPy and CuPy arrays are changed in place, a Dask array is returned anew."""
-    zero = point.max(axis=1) <= 0
-    if hasattr(zero, "dask"):
-        import dask.array as da
-
-        return da.where((zero & (new.max(axis=1) > 0))[:, None], new, point)
-    if bool(zero.any()):  # rare: only then is ``new`` read
-        dead = zero & (new.max(axis=1) > 0)
-        point[dead] = new[dead]
-    return point

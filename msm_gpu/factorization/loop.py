@@ -289,19 +289,9 @@ def finish_half_steps(finish, density):
 
 
 def use_extrapolation(p):
-    """``extrapolation="auto"``: on for "msm" and "hals" without an l1 penalty.  With one,
-    extrapolated points pushed components into the penalty's zero for good (digits,
-    k = 10, alpha_W = 0.01, l1_ratio = 1: 2 of 10 lost, objective 17 % above the plain
-    iterates' 386 199, which kept all ten)."""
     if isinstance(p["extrapolation"], str):
-        return p["solver"] in EXTRAPOLATED_SOLVERS and not _has_l1(p)
+        return p["solver"] in EXTRAPOLATED_SOLVERS
     return bool(p["extrapolation"])
-
-
-def _has_l1(p):
-    alpha_h = p.get("alpha_H", "same")
-    alpha_h = p.get("alpha_W", 0.0) if isinstance(alpha_h, str) else alpha_h
-    return float(p.get("l1_ratio", 0.0)) > 0 and max(p.get("alpha_W", 0.0), alpha_h) > 0
 
 
 #: Every ``solver`` the estimator takes: the NNLS half-step solvers and "mu", the
@@ -517,9 +507,9 @@ def alternate(strategy, wt, h, p, *, update_w=True, update_h=True, reg=None):
     # extrapolation between outer iterations (Ang and Gillis 2019, extrapolation.py):
     # the objective of each iteration is that of the pair (W_new, H_hat) the W-step used,
     # and the best such pair is returned
-    # an l1 penalty can hold a component the projection zeroed at zero for good
-    keep = reg.l1_w > 0 or reg.l1_h > 0
-    ex = Extrapolation(keep_components=keep) if use_extrapolation(p) else None
+    # with an l1 penalty, no extrapolation in the first iteration (extrapolation.py)
+    warmup = 2 if reg.l1_w > 0 or reg.l1_h > 0 else 0
+    ex = Extrapolation(warmup=warmup) if use_extrapolation(p) else None
     h_prev, w_prev = h, wt
     best = (f, wt, h) if math.isfinite(f) else (math.inf, wt, h)
     desc = f"NMF ({solver}, k={k}{strategy.tag})"
