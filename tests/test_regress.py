@@ -45,6 +45,31 @@ def test_compare_flags_only_what_got_worse_beyond_tolerance_and_slack():
     assert verdicts["nnls/a"] == "ok" and verdicts["first_call/nnls"] == "ok"
 
 
+def test_a_new_metric_that_is_not_exact_fails_the_gate():
+    rows, bad = regress.compare({}, {"nmf/x": Metric(math.inf), "nmf/y": Metric(0.4)})
+    assert bad == ["nmf/x"]
+
+
+def test_metrics_are_matched_to_the_cell_that_measured_them(tmp_path):
+    # nmf_extras measures "nmf/regularised ...": by name alone it belonged to no cell, so
+    # its baseline was dropped from the comparison and a worse value passed as "new"
+    reg = Metric(0.47, cell="nmf_extras")
+    assert regress.cell_of("nmf/regularised", ["nmf_extras"], reg) == "nmf_extras"
+    assert regress.cell_of("nmf/regularised", ["nmf"], reg) is None
+    assert regress.cell_of("nnls/dense", ["nnls/dense"]) == "nnls/dense"  # by name
+    path = tmp_path / "baseline.json"
+    regress.save_baseline(path, "full", {"nmf/regularised": reg}, ["nmf_extras"])
+    loaded, _ = regress.load_baseline(path, "full")
+    assert loaded["nmf/regularised"].cell == "nmf_extras"
+    # saving another cell keeps it; saving its own cell replaces it
+    regress.save_baseline(path, "full", {"nmf/digits": Metric(0.6, cell="nmf")}, ["nmf"])
+    assert set(regress.load_baseline(path, "full")[0]) == {"nmf/regularised", "nmf/digits"}
+    regress.save_baseline(path, "full", {}, ["nmf_extras"])
+    assert set(regress.load_baseline(path, "full")[0]) == {"nmf/digits"}
+    _, bad = regress.compare(loaded, {"nmf/regularised": Metric(0.9, cell="nmf_extras")})
+    assert bad == ["nmf/regularised"]
+
+
 def test_a_wrong_answer_is_a_regression_and_a_better_one_is_not():
     assert regress.regressed(Metric(0.1), Metric(math.inf))
     assert not regress.regressed(Metric(0.1), Metric(0.01))
