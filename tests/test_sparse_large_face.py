@@ -149,11 +149,35 @@ def test_a_dense_square_face_past_the_cap_goes_to_the_gram_form():
     res = mg.nnls(c, d)
     assert res.info["representation"] == "design"
     assert res.info["finish_active_set_iterations"] <= max(48, 800 // design_form.GRAM_AFTER)
+    assert res.info["finish_active_set_iterations"] < 48  # the factor grows <= 256 rows
     assert res.info.get("gram_fallback_columns") == 1
     assert res.converged and res.info["kkt_residual"][0] <= 1e-10
     x_ref = scipy.optimize.nnls(c, d, maxiter=50 * 800)[0]
     f, f_ref = (0.5 * float(np.sum((c @ v - d) ** 2)) for v in (res.x, x_ref))
     assert f <= f_ref * (1 + 1e-12)
+
+
+def test_a_factor_capped_by_grow_stops_the_column_for_the_caller():
+    # the design form's factor grown by at most `grow` rows: a face needing more stops
+    # (status 0, F no higher than at the start) instead of null-space steps, and the Gram
+    # form solves the column (design_form.GRAM_FACTOR_SHARE); uncapped it finishes
+    from msm_gpu.solvers.pwl_active_set import active_set_on_source
+
+    rng = np.random.default_rng(1)
+    c = np.abs(rng.standard_normal((300, 120)))
+    d = c @ np.abs(rng.standard_normal(120)) + 0.01 * rng.standard_normal(300)
+    faces = Faces(np, mg.NonNeg(), 120)
+    source = DesignSource(c, np.ones(120))
+    D = d[:, None]
+
+    def f(x):
+        return 0.5 * float(np.sum((c @ x[:, 0] - d) ** 2))
+
+    x, status, _ = active_set_on_source(source, D, faces, np.zeros((120, 1)), grow=30)
+    assert status[0] == 0 and np.count_nonzero(x) <= 30 and f(x) < f(np.zeros((120, 1)))
+    x, status, _ = active_set_on_source(source, D, faces, np.zeros((120, 1)))
+    x_ref = scipy.optimize.nnls(c, d)[0]
+    assert status[0] == 1 and f(x) <= f(x_ref[:, None]) * (1 + 1e-12)
 
 
 @pytest.mark.parametrize("penalty", [mg.Box(0.0, 1.0), mg.NonNegL1(3e-2), mg.L1(3e-2)])

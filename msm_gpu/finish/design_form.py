@@ -59,6 +59,16 @@ NEWTON_MIN_FREE = 2000
 #: solves, 0.03-0.07 s against 0.15 s.
 GRAM_AFTER = 16
 
+#: On the same road the design form's factor grows by at most max(256, n / this) rows
+#: past the sweeps' free variables: a face that keeps growing (positive C: blocks of
+#: joins, then one-variable null-space steps) goes to the Gram form, whose C'C costs
+#: m n^2 by BLAS (1000 x 800 positive NNLS with 752 nonzeros: a factor grown from 65 to
+#: 640 rows took 0.14 s of the call's 0.23 s).  A start with many free variables keeps
+#: them (Gaussian 2000 x 1000, 522 nonzeros: two face solves, 0.11 s); up to 256 rows
+#: the factor costs less than the Gram form's set-up (300 x 240, 216 nonzeros: 0.6x
+#: SciPy's time in the design form, 1.05x handed over at 60 rows).
+GRAM_FACTOR_SHARE = 4
+
 #: A sparse C with more columns than this is solved in the design form: its Gram matrix
 #: would be a dense n x n array (32 MB at n = 2048).
 SPARSE_GRAM_MAX_N = 2048
@@ -204,12 +214,19 @@ def _solve_exact(problem, options, started, gram_fallback):
         info["newton_rounds"] = int(rounds.max(initial=0))
         info["newton_cg_iterations"] = int(cg_iters.max(initial=0))
         finish = np.setdiff1d(finish, newton[pn_status == 1])
-    cap = None  # (a dense C with few columns: past the cap, the Gram form below)
+    cap = grow = None  # (a dense C with few columns: past the caps, the Gram form below)
     if not design.c_kind.sparse and c.shape[0] >= n and n <= ACTIVE_SET_MAX_N:
         cap = max(48, n // GRAM_AFTER)
+        grow = max(256, n // GRAM_FACTOR_SHARE)
     if finish.size:
         y[:, finish], status[finish], iterations[finish] = active_set_on_source(
-            source, d[:, finish], faces, y[:, finish], max_iter=cap, threads=opts.threads
+            source,
+            d[:, finish],
+            faces,
+            y[:, finish],
+            max_iter=cap,
+            grow=grow,
+            threads=opts.threads,
         )
     x = y * s[:, None]
     finished = time.perf_counter()

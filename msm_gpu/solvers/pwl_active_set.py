@@ -371,14 +371,15 @@ def _set(src, x, res, i, value):
 
 
 @njit(nogil=True, fastmath=FAST)
-def _column(src, r, res, tab, x, q, tol, floor, max_iter, ws):
+def _column(src, r, res, tab, x, q, tol, floor, max_iter, ws, full_stops):
     """One column (x, q in: a feasible start and its states; res: C x - d in the design
     forms; out: the answer).
 
     ``tab`` = (T, S): the face tables (:func:`_tables`).  A violation must exceed
     ``tol (max A_jj max|x| + floor)``.  Returns (status, iterations): 1 the KKT conditions
-    hold, 0 not finished in ``max_iter``, -1 F unbounded below along a direction of zero
-    curvature.
+    hold, 0 not finished in ``max_iter`` (or, with ``full_stops``, a variable had to join
+    a full factor: the caller solves the column another way), -1 F unbounded below along
+    a direction of zero curvature.
     """
     L, order, infac, z, b, w, v, gone, cand, viols, dirs, work, grad = ws
     n = x.shape[0]
@@ -489,6 +490,8 @@ def _column(src, r, res, tab, x, q, tol, floor, max_iter, ws):
                 f += 1
                 single = False
                 continue
+        if full_stops and f >= k_max:
+            break
         ok, f = _null_step(src, res, L, order, infac, x, q, tab, f, i, best_dir, best_viol, ws)
         if not ok:
             status = -1
@@ -669,7 +672,7 @@ def _gram_range(A, R, tab, X, Q, tol, max_iter, c0, c1, status, iters):
             r_max = max(r_max, abs(r[i]))
             x[i] = X[i, col]
             q[i] = Q[i, col]
-        st, it = _column(src, r, res, tab, x, q, tol, r_max + s_max, max_iter, ws)
+        st, it = _column(src, r, res, tab, x, q, tol, r_max + s_max, max_iter, ws, False)
         for i in range(n):
             X[i, col] = x[i]
             Q[i, col] = q[i]
@@ -678,9 +681,9 @@ def _gram_range(A, R, tab, X, Q, tol, max_iter, c0, c1, status, iters):
 
 
 @njit(nogil=True, fastmath=FAST)
-def _design_range(src, D, tab, X, Q, tol, max_iter, k_max, c0, c1, status, iters):
+def _design_range(src, D, tab, X, Q, tol, max_iter, k_max, full_stops, c0, c1, status, iters):
     """Columns c0..c1-1 of X, design form: D (m, c) the right-hand sides; a factor of at
-    most k_max rows."""
+    most k_max rows (``full_stops``: a column that needs more stops, status 0)."""
     n = X.shape[0]
     m = D.shape[0]
     ws = _workspace(n, k_max, m)
@@ -702,7 +705,7 @@ def _design_range(src, D, tab, X, Q, tol, max_iter, k_max, c0, c1, status, iters
             x[i] = 0.0
             q[i] = Q[i, col]
             _set(src, x, res, i, X[i, col])
-        st, it = _column(src, r, res, tab, x, q, tol, r_max + s_max, max_iter, ws)
+        st, it = _column(src, r, res, tab, x, q, tol, r_max + s_max, max_iter, ws, full_stops)
         for i in range(n):
             X[i, col] = x[i]
             Q[i, col] = q[i]
@@ -865,13 +868,18 @@ def column_norms_squared(indptr, data):
     return out
 
 
-def active_set_on_source(source, D, faces, X0=None, *, tol=1e-12, max_iter=None, threads=None):
+def active_set_on_source(
+    source, D, faces, X0=None, *, tol=1e-12, max_iter=None, grow=None, threads=None
+):
     """:func:`pwl_active_set_design` on a prepared :class:`DesignSource`.
 
     The factor of A_FF is sized for the start: at most min(m, n) rows, and no more than
     twice the start's free variables plus ``FACTOR_SLACK`` (a dense min(m, n)^2 factor
     would be 800 MB at m = 10^4).  A variable that finds the factor full moves along
-    its null-space direction instead (:func:`_null_step`: monotone, exact line search)."""
+    its null-space direction instead (:func:`_null_step`: monotone, exact line search);
+    with ``grow`` given, the factor holds at most that many rows more than the start's
+    free variables, and a column that needs more stops there, unfinished (status 0),
+    for the caller to solve another way."""
     D = np.ascontiguousarray(D, dtype=np.float64)
     m, c = D.shape
     n = source.shape[1]
@@ -881,11 +889,15 @@ def active_set_on_source(source, D, faces, X0=None, *, tol=1e-12, max_iter=None,
     status = np.zeros(c, dtype=np.int8)
     iters = np.zeros(c, dtype=np.int64)
     free = int((Q % 2 == 1).sum(axis=0).max(initial=0))
-    k_max = min(n, m, 2 * free + FACTOR_SLACK)
+    stop = grow is not None
+    grow = n if grow is None else int(grow)
+    k_max = min(n, m, 2 * free + FACTOR_SLACK, free + grow)
     if c:
 
         def kernel(c0, c1):
-            _design_range(source.src, D, tab, X, Q, tol, max_iter, k_max, c0, c1, status, iters)
+            _design_range(
+                source.src, D, tab, X, Q, tol, max_iter, k_max, stop, c0, c1, status, iters
+            )
 
         _run(kernel, 40.0 * source.nnz, c, threads)
     return X, status, iters
