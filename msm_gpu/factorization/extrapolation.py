@@ -22,10 +22,8 @@ it was (``solvers.keep_free_components``), so the component is not lost.
 
 With an l1 penalty the first iteration is not extrapolated (``warmup``): the move from
 the initial pair is no direction of the trajectory, and pushed along it the next exact
-half-step put whole components into the penalty's zero, where the penalty keeps them
-(digits, k = 10, nndsvda, alpha_W = 0.01, l1_ratio = 1: 2 of 10 lost in the first
-W-step, objective 451 803; from the second iteration on: none lost, 380 505, below the
-plain iterates' 386 199).
+half-step can put whole components into the penalty's zero, where the penalty keeps them
+for good (docs/user_guide/nmf.md, "Penalties").
 """
 
 from __future__ import annotations

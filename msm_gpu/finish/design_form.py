@@ -42,32 +42,24 @@ REPRESENTATIONS = ("auto", "gram", "design")
 #: each costs about one pass over C).
 DESIGN_PASSES = 16
 
-#: Free variables at the sweeps' end from which a face too large to factorise within
-#: the sweeps' budget goes to the projected Newton-CG rather than the active set: the
-#: active set's dense factor of 2000 (2.7e9 flops, one row at a time) costs seconds.
-#: Measured side by side: at 989 free variables (the issue-51 design at 1000 x 4000)
-#: the active set took 0.69 s against 2.4-3.1 s; at 4912 (5000 x 20000) 11 s against
-#: 3.2 s; at ~1e4 (1e4 x 1e5, one entry per column) 120 s against 2.4 s.
+#: Free variables at the sweeps' end from which a face goes to the projected Newton-CG
+#: rather than the active set: the active set's dense factor, built one row at a time,
+#: costs seconds beyond this size (measurements: docs/benchmarks/shapes.md, issue 51).
 NEWTON_MIN_FREE = 2000
 
 #: The design form's active set on a dense C with m >= n rows and n <= ACTIVE_SET_MAX_N
 #: gets at most max(48, n / this) face solves; a column it leaves goes to the Gram form
-#: (C'C formed once by BLAS, then its active set from that point).  A face that grows
-#: past that holds a large part of the columns, and the design form's factor is built
-#: from column products one at a time: 1000 x 800 positive NNLS with 752 nonzeros took
-#: 2287 face solves, 2.4 s, where the Gram form took 0.06 s; with 40 nonzeros, 44 face
-#: solves, 0.03-0.07 s against 0.15 s.
+#: (C'C formed once by BLAS, then its active set from that point): a face that keeps
+#: growing one variable at a time costs more than forming C'C.
 GRAM_AFTER = 16
 
-#: On the same road the design form's factor grows by at most max(256, n / this) rows
-#: past the sweeps' free variables: a face that keeps growing (positive C: blocks of
-#: joins, then one-variable null-space steps) goes to the Gram form, whose C'C costs
-#: m n^2 by BLAS (1000 x 800 positive NNLS with 752 nonzeros: a factor grown from 65 to
-#: 640 rows took 0.14 s of the call's 0.23 s).  A start with many free variables keeps
-#: them (Gaussian 2000 x 1000, 522 nonzeros: two face solves, 0.11 s); up to 256 rows
-#: the factor costs less than the Gram form's set-up (300 x 240, 216 nonzeros: 0.6x
-#: SciPy's time in the design form, 1.05x handed over at 60 rows).
+#: On the same road the design form's factor grows by at most
+#: max(GRAM_FACTOR_MIN_GROWTH, n / this) rows past the sweeps' free variables before the
+#: Gram form takes the column: that factor is built from column products one row at a
+#: time, C'C by BLAS at once.  Counted from the start, so a start with many free
+#: variables keeps them; below the floor the factor costs less than the Gram form's set-up.
 GRAM_FACTOR_SHARE = 4
+GRAM_FACTOR_MIN_GROWTH = 256
 
 #: A sparse C with more columns than this is solved in the design form: its Gram matrix
 #: would be a dense n x n array (32 MB at n = 2048).
@@ -217,7 +209,7 @@ def _solve_exact(problem, options, started, gram_fallback):
     cap = grow = None  # (a dense C with few columns: past the caps, the Gram form below)
     if not design.c_kind.sparse and c.shape[0] >= n and n <= ACTIVE_SET_MAX_N:
         cap = max(48, n // GRAM_AFTER)
-        grow = max(256, n // GRAM_FACTOR_SHARE)
+        grow = max(GRAM_FACTOR_MIN_GROWTH, n // GRAM_FACTOR_SHARE)
     if finish.size:
         y[:, finish], status[finish], iterations[finish] = active_set_on_source(
             source,
