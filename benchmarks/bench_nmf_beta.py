@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 import warnings
 
 import numpy as np
@@ -71,13 +70,11 @@ def _divergence(Y, W, H, loss):
 
 
 def _timed(fit, repeats):
-    """(best seconds, result of the last run)."""
-    best, out = np.inf, None
-    for _ in range(repeats):
-        started = time.perf_counter()
-        out = fit()
-        best = min(best, time.perf_counter() - started)
-    return best, out
+    """(best seconds, the fastest run's result): ``_common.best_of``."""
+    from _common import best_of
+
+    run = best_of(fit, k=repeats, memory=False)
+    return run["seconds"], run["value"]
 
 
 def compare(Y, k, loss, repeats=3):

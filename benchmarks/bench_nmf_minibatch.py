@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 import warnings
 
 import numpy as np
@@ -48,12 +47,11 @@ def zipf_counts(docs=2000, terms=1000, topics=10, seed=0):
 
 
 def _best(fit, repeats):
-    best, out = np.inf, None
-    for _ in range(repeats):
-        started = time.perf_counter()
-        out = fit()
-        best = min(best, time.perf_counter() - started)
-    return best, out
+    """(best seconds, the fastest run's result): ``_common.best_of``."""
+    from _common import best_of
+
+    run = best_of(fit, k=repeats, memory=False)
+    return run["seconds"], run["value"]
 
 
 def compare(X, loss, k=10, batch_size=256, repeats=3, max_passes=200):

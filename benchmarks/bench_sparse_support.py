@@ -56,15 +56,13 @@ def objective(C, d, x, lam=0.0):
 
 
 def best_time(call, repeat):
-    """(value of the last call, best wall time of ``repeat`` calls) after one warm-up."""
+    """(value of the fastest call, its wall time) of ``repeat`` calls after one warm-up
+    (``_common.best_of``)."""
+    from _common import best_of
+
     call()
-    best = np.inf
-    value = None
-    for _ in range(repeat):
-        t = time.perf_counter()
-        value = call()
-        best = min(best, time.perf_counter() - t)
-    return value, best
+    run = best_of(call, k=repeat, memory=False)
+    return run["value"], run["seconds"]
 
 
 def _msm_nnls(C, d):

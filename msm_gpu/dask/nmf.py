@@ -60,6 +60,7 @@ from ..factorization.loop import (
     is_sparse,
     n_components,
     residual_norm2,
+    warn_factors_ignored,
 )
 from ..factorization.regularization import Regularization
 
@@ -97,14 +98,7 @@ def fit_transform(model, Y, W=None, H=None):
         h = ctx.factor(H, (k, d), "H", transpose=False)
     else:
         if W is not None or H is not None:
-            import warnings
-
-            warnings.warn(
-                "When init!='custom', provided W or H are ignored. Set init='custom' to use "
-                "them as initialization.",
-                RuntimeWarning,
-                stacklevel=3,
-            )
+            warn_factors_ignored(stacklevel=4)
         if p["init"] not in (None, "random"):
             raise ValueError(
                 f"init={p['init']!r} needs an SVD of all of Y; for a dask Y use "

@@ -288,6 +288,16 @@ def finish_half_steps(finish, density):
     return finish == "exact" or (finish == "auto" and sparse_like(density))
 
 
+def warn_factors_ignored(stacklevel):
+    """scikit-learn's RuntimeWarning for W or H given without ``init="custom"``."""
+    warnings.warn(
+        "When init!='custom', provided W or H are ignored. Set init='custom' to use "
+        "them as initialization.",
+        RuntimeWarning,
+        stacklevel=stacklevel,
+    )
+
+
 def use_extrapolation(p):
     if isinstance(p["extrapolation"], str):
         return p["solver"] in EXTRAPOLATED_SOLVERS
@@ -648,12 +658,7 @@ def start_factors(Y, scaled, params, k, backend, dtype, exponent, W=None, H=None
         H0 = _check_factor(H, (k, d), "H", backend, dtype, half)
         return W0, H0
     if W is not None or H is not None:
-        warnings.warn(
-            "When init!='custom', provided W or H are ignored. Set init='custom' to use "
-            "them as initialization.",
-            RuntimeWarning,
-            stacklevel=5,
-        )
+        warn_factors_ignored(stacklevel=6)
     # scikit-learn's factors for Y (its NNDSVD zeroes entries below an absolute 1e-6, so
     # they are not those of Y / 2^e rescaled), divided by 2^(e/2)
     source = Y if abs(exponent) <= INIT_MAX_EXPONENT else scaled
