@@ -5,8 +5,9 @@ gate never compares seconds across runs.  Every metric is a *ratio* of two thing
 in turn in the same process (each the best of k interleaved runs), lower is better:
 
 * ``solve/<n>x<r>/<dtype>/per_iter`` and ``.../fixed``: ``mg.solve`` (NonNeg, default
-  options) per iteration and besides its iterations, in GEMMs ``A @ X`` of the same shape
-  (``bench_cpu.time_solve``); targets 1.5 and 3.
+  memory plan and threads, fixed sweep counts: ``tol=0``, ``max_iter=k``) per iteration
+  and besides its iterations, in GEMMs ``A @ X`` of the same shape
+  (``bench_cpu.time_solve``); targets 1.5 and 3.  No peer: the GEMM is the yardstick.
 * ``nnls/<shape>``: ``mg.nnls(C, D)`` over SciPy's ``nnls`` looped over the columns (timed
   on a column subset, extrapolated); the shapes the project was tuned on (dense, unmixing,
   spectra, large) and shapes it was not (wide, sparse, one column).  The objective gap to
