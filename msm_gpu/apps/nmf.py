@@ -170,9 +170,9 @@ class NMF(FactorsMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseE
     extrapolation : "auto", True or False
         Extrapolate between outer iterations (Ang and Gillis 2019,
         :mod:`msm_gpu.factorization.extrapolation`); "auto": for "msm" and "hals" with
-        the Frobenius loss (for other losses it cost time in every case measured; with an
-        l1 penalty from the second iteration on).  The
-        objective history is then not monotone (restarts) and the best pair is returned.
+        the Frobenius loss (the Newton half-steps of other losses are not sped up by it;
+        with an l1 penalty it starts at the second iteration).  The objective history is
+        then not monotone (restarts) and the best pair is returned.
     finish : "auto", "exact" or None
         "exact": on the CPU, each Frobenius "msm" half-step ends with the exact NNLS
         solve from the MSM iterate (Lawson & Hanson's active set,

@@ -517,8 +517,8 @@ def fit_beta(Y, params, W=None, H=None):
     if data.fro is not None:
         wt = exact_w_step(data.fro, backend, np.ascontiguousarray(Ht.T), params, reg, Wx.T)
         Wx = np.ascontiguousarray(wt.T)
-        info["objective"] = objective(data, Wx, Ht, reg)
-        loss = objective(data, Wx, Ht, Regularization())
+        loss = divergence(data, Wx, Ht)  # one pass over Y; the penalties need none
+        info["objective"] = loss + reg.value(Wx.T, Ht.T)
     else:
         Wx, info["objective"] = solve_w(data, Ht, reg, params, Wx)
         loss = divergence(data, Wx, Ht)
@@ -549,7 +549,7 @@ def transform_beta(Y, components, params):
     half = 2.0 ** (e // 2)
     Ht = np.array(np.asarray(components).T, dtype=np.float64, order="C") / half
     reg = Regularization.from_params(params, Y.shape).rescaled(e, beta)
-    Wx, _ = solve_w(data, Ht, reg, params)
+    Wx, _ = solve_w(data, Ht, reg, params, value=False)
     return np.ascontiguousarray(Wx * half, dtype=dtype_of(Y))
 
 

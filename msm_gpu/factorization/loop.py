@@ -180,11 +180,6 @@ class Data:
         self.xp = xp
         self.dtype = np.dtype(dtype)
 
-    @property
-    def density(self):
-        """The share of nonzero entries (the same for Y dense or sparse)."""
-        return self.nonzeros / (self.shape[0] * self.shape[1])
-
     # Dense Y: the products are formed as (Y'W)' and (YH')', the layouts OpenBLAS runs
     # fastest here (one thread, digits: 106 vs 125 us for W'Y, 98 vs 119 us for HY').
 
