@@ -136,8 +136,9 @@ def solve(
         Bytes of workspace a batch may use beyond its answer.  The columns of R are
         solved in blocks of as many columns as fit (the same answer: columns are
         independent problems); a block that still runs out of memory is split and
-        retried.  Default: 256 MiB on the CPU, 1 GiB on a GPU, or a quarter of the
-        free memory if less.
+        retried.  Default: a quarter of the memory the host (or the GPU) has free, so
+        that a batch which fits comfortably is one block; 1 GiB where the free memory
+        cannot be read.  A default split keeps blocks at least 512 columns wide.
         ``info["n_blocks"]`` and ``info["block_columns"]`` report the blocks.  A callback
         sees one block's columns at a time; a time limit counts for the whole batch.
     _known_psd : bool

@@ -114,3 +114,28 @@ def test_a_join_whose_gradient_is_near_rounding_is_still_taken():
     res = mg.nnls(c, d, representation="gram")
     assert res.info["finish_polished"] and res.converged
     assert _gaps(c, d, res.x).max() <= 1e-12
+
+
+def test_a_column_whose_polish_does_not_finish_is_not_reported_converged(monkeypatch):
+    # the polish stopped before the KKT conditions held (here: no face solve allowed)
+    # leaves the Gram answer, which on a numerically singular G is not known to be exact:
+    # it was reported converged from G's own KKT residual
+    monkeypatch.setattr(design_polish, "MAX_FACE_SOLVES", (0, 0))
+    c = _library(0.035, 0.6, 0)
+    d = _data(c, 0, r=12)
+    res = mg.nnls(c, d)
+    assert res.info["finish_polish_unfinished"] == 12
+    assert not np.any(res.converged_columns) and not res.converged
+    assert "polish on C that did not finish" in res.message
+
+
+def test_a_sparse_design_too_large_to_densify_is_not_polished_and_says_so(monkeypatch):
+    import scipy.sparse as sp
+
+    monkeypatch.setattr(design_polish, "DENSE_COPY_MAX_BYTES", 1024)
+    c = _library(0.035, 0.6, 0)
+    d = _data(c, 0, r=8)
+    res = mg.nnls(sp.csr_matrix(c), d, representation="gram")
+    assert not res.info["finish_polished"]
+    assert "dense copy of the sparse C" in res.info["finish_polish_skipped"]
+    assert np.all(res.x >= 0)

@@ -17,7 +17,7 @@ from ..arrays import namespace, to_host
 from ..penalties import CODE_BOX
 from ..solvers.nnls_columns import nnls_active_set
 from ..solvers.pwl_active_set import pwl_active_set
-from .design_polish import needs_polish, polish_from_design
+from .design_polish import needs_polish, polish_from_design, why_not_polished
 from .face_solves import block_pivoting
 from .faces import Faces
 from .objective import kkt_residual, no_increase
@@ -212,8 +212,10 @@ def finish_columns(
         return x_out, _info(xp, solver, rounds, active_iters, 0, keep)
     x_out = xf
     polished = 0
-    if polish:
-        x_out, polished = polish_from_design(design, to_host(x_out), threads)
+    unpolished = None  # columns whose polish did not finish: not known to be exact
+    skipped = why_not_polished(design) if polish else None
+    if polish and skipped is None:
+        x_out, polished, unpolished = polish_from_design(design, to_host(x_out), threads)
         x_out = xp.asarray(x_out)
     fallback = 0
     kkt = kkt_residual(a64, r64, x_out, penalty)
@@ -251,8 +253,13 @@ def finish_columns(
         kkt[to_host(todo)] = kkt_residual(a64, r64[:, todo], x_out[:, todo], penalty)
     keep, f_out = no_increase(xp, a64, r64, x_in, x_out, penalty, design)
     info = _info(xp, solver, rounds, active_iters, fallback, keep)
-    info["finish_polished"] = bool(polish)
+    info["finish_polished"] = bool(polish) and skipped is None
     info["finish_polished_columns"] = polished
+    if skipped is not None:
+        info["finish_polish_skipped"] = skipped
+    if unpolished is not None and unpolished.any():
+        info["finish_polish_unfinished"] = int(unpolished.sum())
+        info["_unconverged"] = unpolished
     if bool(xp.all(keep)):  # what the caller would compute again: F and KKT of x_out
         info.update({"_f_design" if design is not None else "_f_columns": f_out})
         info["_kkt_residual"] = kkt

@@ -36,14 +36,30 @@ BLOCK_ENTRIES = 1 << 22
 #: near-dependent column a gradient of 1e-13 still lowers F by 1e-6 relative; a join
 #: that only rounding suggests is refused by Lawson & Hanson's test or by F not dropping.
 KKT_TOL = 1e-15
+#: Face solves a column's polish may take: MAX_FACE_SOLVES[0] n + MAX_FACE_SOLVES[1]
+#: (started from the Gram answer's face it usually takes one).  A column that needs
+#: more is reported unconverged: its Gram answer is not known to be exact.
+MAX_FACE_SOLVES = (5, 30)
+#: A sparse C is densified for the QR (m x n floats, and one m x n work array per
+#: thread): above this many bytes the polish is skipped and ``info`` says so.
+DENSE_COPY_MAX_BYTES = 2**30
 
 
 def needs_polish(design, cond) -> bool:
-    """Whether the Gram-form answer of an NNLS problem should be polished from C:
-    G's condition number ``cond`` above :data:`POLISH_COND` and C a host array."""
-    if design is None or not cond > POLISH_COND:
-        return False
-    return not design.c_kind.on_device
+    """Whether the Gram-form answer of an NNLS problem should be polished from C: C at
+    hand and G's condition number ``cond`` above :data:`POLISH_COND`."""
+    return design is not None and cond > POLISH_COND
+
+
+def why_not_polished(design) -> str | None:
+    """Why an ill-conditioned Gram answer cannot be polished from C (None: it can): C on
+    a GPU (the QR runs on the host), or a sparse C whose dense copy would be too large."""
+    if design.c_kind.on_device:
+        return "C is on the GPU: the QR polish runs on the host only"
+    m, n = design.c.shape
+    if design.c_kind.sparse and 8 * m * n > DENSE_COPY_MAX_BYTES:
+        return f"a dense copy of the sparse C ({m} x {n}) would exceed {DENSE_COPY_MAX_BYTES} bytes"
+    return None
 
 
 def polish_from_design(design, x, threads=None):
@@ -52,13 +68,16 @@ def polish_from_design(design, x, threads=None):
     Every column is polished: on an ill-conditioned G no estimate formed from G tells which
     faces are accurate (G's small eigenvalues are rounding noise), and a polish that finds
     the Gram answer optimal costs one QR of C[:, F] and one gradient.  Returns the polished
-    x (a new array) and the number of columns whose F it lowered.
+    x (a new array), the number of columns whose F it lowered, and a mask of the columns
+    whose polish did not meet the KKT conditions within :data:`MAX_FACE_SOLVES`.
     """
     c = design._c64
     c = np.asfortranarray(c.toarray() if hasattr(c, "toarray") else c)  # columns read often
     n, r = x.shape
     out = np.array(x, dtype=np.float64, order="F", copy=True)
     changed = np.zeros(r, dtype=np.bool_)
+    unfinished = np.zeros(r, dtype=np.bool_)
+    max_solves = MAX_FACE_SOLVES[0] * n + MAX_FACE_SOLVES[1]
     norms = np.sqrt(np.einsum("ij,ij->j", c, c))
     m = c.shape[0]
     step = max(1, BLOCK_ENTRIES // max(m, 1))
@@ -68,20 +87,22 @@ def polish_from_design(design, x, threads=None):
         k = stop - start
         block = out[:, start:stop]
         flags = changed[start:stop]
+        left = unfinished[start:stop]
         n_threads = sweep_threads(2.0 * k * m * n * n, k, thread_cap(threads))
         chunks = 1 if n_threads == 1 else min(k, 8 * n_threads)
         bounds = np.linspace(0, k, chunks + 1).astype(np.int64)
 
-        def one(i, d=d, block=block, bounds=bounds, flags=flags):
-            _polish_range(c, norms, d, block, bounds[i], bounds[i + 1], flags)
+        def one(i, d=d, block=block, bounds=bounds, flags=flags, left=left):
+            _polish_range(c, norms, d, block, bounds[i], bounds[i + 1], max_solves, flags, left)
 
         run_ranges(one, chunks, n_threads)
-    return np.ascontiguousarray(out), int(changed.sum())
+    return np.ascontiguousarray(out), int(changed.sum()), unfinished
 
 
 @njit(nogil=True, fastmath=FAST)
-def _polish_range(c, norms, d, x, lo, hi, changed):
-    """Columns lo..hi-1 of x polished (:func:`_lawson_hanson_qr`), kept where F drops."""
+def _polish_range(c, norms, d, x, lo, hi, max_solves, changed, unfinished):
+    """Columns lo..hi-1 of x polished (:func:`_lawson_hanson_qr`), kept where F drops;
+    ``unfinished[j]`` where the KKT conditions were not met within ``max_solves``."""
     m, n = c.shape
     qr = _QrWork(m, n)
     res = np.empty(m)
@@ -90,7 +111,9 @@ def _polish_range(c, norms, d, x, lo, hi, changed):
         for i in range(n):
             y[i] = x[i, j]
         f_in = _residual_norm2(c, d[:, j], x[:, j], res)
-        if _lawson_hanson_qr(c, norms, d[:, j], y, qr, res, 5 * n + 30):
+        if not _lawson_hanson_qr(c, norms, d[:, j], y, qr, res, max_solves):
+            unfinished[j] = True
+        else:
             f_out = _residual_norm2(c, d[:, j], y, res)
             if f_out < f_in:
                 for i in range(n):

@@ -217,6 +217,7 @@ def _finish(runs, x, sweeps, *, method):
     started = time.perf_counter()
     info.update({"finish": finish, "finish_method": method})
     known = (None, None)  # F and KKT per column of x, when the finish has them
+    unfinished = None  # columns the finish could not prove optimal whatever their KKT
     if not stopped:
         with _blas_threads(backend, n, c):
             x64, details = finish_columns(
@@ -239,6 +240,7 @@ def _finish(runs, x, sweeps, *, method):
         details.pop("_f_columns", None)
         details.pop("_kkt_residual", None)
         details.pop("_f_design", None)
+        unfinished = details.pop("_unconverged", None)
         info.update(details)
         x = xp.astype(x64, a.dtype)
     f_cols, kkt = known
@@ -260,6 +262,8 @@ def _finish(runs, x, sweeps, *, method):
         history.append(fun)
     if penalty.is_convex:
         converged = to_host(kkt <= tol)
+        if unfinished is not None:  # the polish on C did not finish: not known exact
+            converged = converged & ~unfinished
         if stopped:
             message = sweeps.message
         elif converged.all():
@@ -268,6 +272,7 @@ def _finish(runs, x, sweeps, *, method):
             message = (
                 f"finish: {int((~converged).sum())} of {c} columns have a KKT "
                 f"residual above tol = {tol:g}"
+                + ("" if unfinished is None else " or a polish on C that did not finish")
             )
     else:
         converged = sweeps.converged_columns
