@@ -1,7 +1,8 @@
-"""Mini-batch NMF: scikit-learn's ``MiniBatchNMF`` with each batch's W solved exactly.
+"""Mini-batch NMF: scikit-learn's ``MiniBatchNMF`` with each batch's W solved, not stepped.
 
 The estimator keeps scikit-learn's parameters, stopping rules and attributes; the
-numerics are :mod:`msm_gpu.factorization.minibatch` (exact W per batch; for the
+numerics are :mod:`msm_gpu.factorization.minibatch` (W per batch by the batched NNLS
+or Newton half-steps; for the
 Frobenius loss H from the accumulated statistics by one batched NNLS, otherwise
 scikit-learn's online multiplicative update).  Data that arrive in pieces go to
 :meth:`MiniBatchNMF.partial_fit`; a ``dask.array`` is read one row chunk at a time.
@@ -43,8 +44,10 @@ class MiniBatchNMF(FactorsMixin, ClassNamePrefixFeaturesOutMixin, TransformerMix
 
     Minimises scikit-learn's objective (``beta_loss``, ``alpha_W``, ``alpha_H``,
     ``l1_ratio`` with its scaling, see :class:`msm_gpu.NMF`) one batch of rows at a time.
-    For each batch the batch's W is solved exactly for the current H (the batched NNLS
-    for the Frobenius loss, Newton half-steps to convergence otherwise); then H is
+    For each batch the batch's W is solved for the current H: exactly for the Frobenius
+    loss (the batched NNLS); for other losses by one Newton half-step from the rows' last
+    W once they have one (the next pass refines it, as scikit-learn's multiplicative step
+    does), else by up to ``fresh_restarts_max_iter`` Newton iterations; then H is
     updated from all batches seen, the older ones weighted down by ``rho =
     forget_factor ** (batch_size / n_samples)`` per batch: for the Frobenius loss H
     minimises the accumulated surrogate exactly (one batched NNLS on the accumulated
@@ -97,9 +100,11 @@ class MiniBatchNMF(FactorsMixin, ClassNamePrefixFeaturesOutMixin, TransformerMix
 
     Differences from scikit-learn's ``MiniBatchNMF``
     -----------------------------------------------
-    * Each batch's W is exact, not one multiplicative step from its last value; ``fit``
-      ends by solving W for all rows exactly, so ``fit_transform(X)`` equals
-      ``fit(X).transform(X)``.
+    * Frobenius: each batch's W is exact, not one multiplicative step from its last
+      value (other losses: a Newton half-step, see above).  ``fit`` ends by solving W
+      for all rows for the final H (exactly for Frobenius; by up to
+      ``transform_max_iter`` Newton iterations otherwise), so ``fit_transform(X)``
+      equals ``fit(X).transform(X)``.
     * Frobenius: H is the exact minimiser of the accumulated surrogate, not a
       multiplicative step; the accumulated statistics start at zero (scikit-learn starts
       its numerator and denominator from H and ones).

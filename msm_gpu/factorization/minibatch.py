@@ -94,7 +94,7 @@ class OnlineState:
         return W, data
 
     def step(self, X, start=None, max_newton=None, data=None):
-        """One batch: W_b (exact; for losses other than Frobenius from ``start``, the
+        """One batch: W_b (exact for Frobenius; for other losses from ``start``, the
         rows' last W, one Newton half-step), the batch's cost (scikit-learn's
         ``batch_cost``, in the scaled units), then H.  Returns (W_b, cost)."""
         warm = start is not None
