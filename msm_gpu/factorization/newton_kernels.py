@@ -36,7 +36,8 @@ the rounding of the gradient's products stops.  The Kullback-Leibler kind reads 
 nonzeros of v: with colsum(F) = fsum the loss is fsum'x + sum_{v_i > 0} (v_i log(v_i /
 z_i) - v_i) (0 log 0 = 0, as scikit-learn), so a sparse Y costs O(nnz k^2) per half-step,
 and a dense Y is given in the same form (same data, same numbers).  The other kinds read
-every entry.  Each kind is compiled on its own (the kind is a constant of its kernels).
+every entry.  The kind is the kernels' first argument (a branch per entry that the
+loops keep out of their bodies), so one cached compilation serves every loss.
 """
 
 from __future__ import annotations
@@ -77,429 +78,435 @@ def kind_of(beta):
     return KIND_BETA
 
 
-def _make(kind):
-    """The kernels of one kind (a closure constant: Numba drops the other kinds' code)."""
-
-    @njit(nogil=True, fastmath=FAST)
-    def entry_value(beta, v, z):
-        """d_beta(v | z) of one entry, +inf where z <= 0 makes it infinite; the KL kind
-        omits + z (the caller adds fsum'x for all entries)."""
-        if kind == KIND_KL:
-            if v <= 0.0:
-                return 0.0
-            if z <= 0.0:
-                return np.inf
-            return v * math.log(v / z) - v
-        if kind == KIND_IS:
-            if z <= 0.0:
-                return np.inf
-            r = v / z
-            return (r - 1.0) - math.log1p(r - 1.0)
+@njit(nogil=True, fastmath=FAST)
+def entry_value(kind, beta, v, z):
+    """d_beta(v | z) of one entry, +inf where z <= 0 makes it infinite; the KL kind
+    omits + z (the caller adds fsum'x for all entries)."""
+    if kind == KIND_KL:
+        if v <= 0.0:
+            return 0.0
         if z <= 0.0:
-            if beta <= 0.0 or (beta < 1.0 and v > 0.0):
-                return np.inf
-            z = 0.0
-        zb = z**beta
-        if v > 0.0:
-            return (v**beta + (beta - 1.0) * zb - beta * v * z ** (beta - 1.0)) / (
-                beta * (beta - 1.0)
-            )
-        return zb / beta
+            return np.inf
+        return v * math.log(v / z) - v
+    if kind == KIND_IS:
+        if z <= 0.0:
+            return np.inf
+        r = v / z
+        return (r - 1.0) - math.log1p(r - 1.0)
+    if z <= 0.0:
+        if beta <= 0.0 or (beta < 1.0 and v > 0.0):
+            return np.inf
+        z = 0.0
+    zb = z**beta
+    if v > 0.0:
+        return (v**beta + (beta - 1.0) * zb - beta * v * z ** (beta - 1.0)) / (beta * (beta - 1.0))
+    return zb / beta
 
-    @njit(nogil=True, fastmath=FAST)
-    def values(beta, vals, z, cnt, x, fsum, l1, l2):
-        """q(x) of one column from z = F x on its entries."""
-        total = 0.0
-        for i in range(cnt):
-            total += entry_value(beta, vals[i], z[i])
-        for t in range(x.shape[0]):
-            total += l1 * x[t] + 0.5 * l2 * x[t] * x[t]
-            if kind == KIND_KL:
-                total += fsum[t] * x[t]
-        return total
 
-    @njit(nogil=True, fastmath=FAST)
-    def derivatives(beta, vals, z, cnt, zmin, d1, d2, iz, zb, fisher_only):
-        """phi'(z), the model's weights w and 1/z (and z^beta) at max(z, zmin).  Where
-        phi is not convex, w is Fisher's z^(beta-2) (``fisher_only``) or the larger of
-        it and phi''."""
-        for i in range(cnt):
-            zi = z[i] if z[i] > zmin else zmin
-            inv = 1.0 / zi
-            iz[i] = inv
-            v = vals[i]
-            if kind == KIND_KL:
-                r = v * inv
-                d1[i] = -r  # the + 1 of phi' is fsum, added by the caller
-                d2[i] = r * inv
-            elif kind == KIND_IS:
-                r = v * inv
-                d1[i] = (1.0 - r) * inv
-                fisher = inv * inv
-                true = (2.0 * r - 1.0) * fisher
+@njit(nogil=True, fastmath=FAST)
+def values(kind, beta, vals, z, cnt, x, fsum, l1, l2):
+    """q(x) of one column from z = F x on its entries."""
+    total = 0.0
+    for i in range(cnt):
+        total += entry_value(kind, beta, vals[i], z[i])
+    for t in range(x.shape[0]):
+        total += l1 * x[t] + 0.5 * l2 * x[t] * x[t]
+        if kind == KIND_KL:
+            total += fsum[t] * x[t]
+    return total
+
+
+@njit(nogil=True, fastmath=FAST)
+def derivatives(kind, beta, vals, z, cnt, zmin, d1, d2, iz, zb, fisher_only):
+    """phi'(z), the model's weights w and 1/z (and z^beta) at max(z, zmin).  Where
+    phi is not convex, w is Fisher's z^(beta-2) (``fisher_only``) or the larger of
+    it and phi''."""
+    for i in range(cnt):
+        zi = z[i] if z[i] > zmin else zmin
+        inv = 1.0 / zi
+        iz[i] = inv
+        v = vals[i]
+        if kind == KIND_KL:
+            r = v * inv
+            d1[i] = -r  # the + 1 of phi' is fsum, added by the caller
+            d2[i] = r * inv
+        elif kind == KIND_IS:
+            r = v * inv
+            d1[i] = (1.0 - r) * inv
+            fisher = inv * inv
+            true = (2.0 * r - 1.0) * fisher
+            d2[i] = fisher if fisher_only or true < fisher else true
+        else:
+            p = zi**beta
+            zb[i] = p
+            p1 = p * inv  # z^(beta-1)
+            d1[i] = p1 - v * p1 * inv
+            fisher = p1 * inv  # z^(beta-2)
+            true = fisher * ((beta - 1.0) - (beta - 2.0) * v * inv)
+            if beta >= 1.0 and beta <= 2.0:
+                d2[i] = true if true > 0.0 else 0.0
+            else:
                 d2[i] = fisher if fisher_only or true < fisher else true
-            else:
-                p = zi**beta
-                zb[i] = p
-                p1 = p * inv  # z^(beta-1)
-                d1[i] = p1 - v * p1 * inv
-                fisher = p1 * inv  # z^(beta-2)
-                true = fisher * ((beta - 1.0) - (beta - 2.0) * v * inv)
-                if beta >= 1.0 and beta <= 2.0:
-                    d2[i] = true if true > 0.0 else 0.0
-                else:
-                    d2[i] = fisher if fisher_only or true < fisher else true
 
-    @njit(nogil=True, fastmath=FAST)
-    def change(beta, vals, z, u, iz, zb, cnt, step, zmin):
-        """sum_i phi(z_i + step u_i) - phi(z_i) (the data part of q's change)."""
-        total = 0.0
-        for i in range(cnt):
-            v = vals[i]
-            su = step * u[i]
-            if su == 0.0:
-                continue
-            if z[i] <= zmin:  # the ratio form needs z > 0: values directly
-                after, before = entry_value(beta, v, z[i] + su), entry_value(beta, v, z[i])
-                if after != before:  # (both +inf: no change, not NaN)
-                    total += after - before
-                continue
-            rel = su * iz[i]
-            if rel <= -1.0:
-                return np.inf
-            lg = math.log1p(rel)
-            if kind == KIND_KL:
-                total -= v * lg
-            elif kind == KIND_IS:
-                total += v * (1.0 / (z[i] + su) - iz[i]) + lg
-            else:
-                part = (beta - 1.0) * zb[i] * math.expm1(beta * lg)
-                if v > 0.0:
-                    part -= beta * v * zb[i] * iz[i] * math.expm1((beta - 1.0) * lg)
-                total += part / (beta * (beta - 1.0))
-        return total
 
-    @njit(nogil=True, fastmath=FAST)
-    def model_sweeps(a, g, x, y, b, k, omega, theta, max_sweeps, sweep_tol):
-        """MSM sweeps on min_{y >= 0} (g - A x)'y + 1/2 y'Ay from y = x (y overwritten).
-        Returns the number of sweeps."""
+@njit(nogil=True, fastmath=FAST)
+def change(kind, beta, vals, z, u, iz, zb, cnt, step, zmin):
+    """sum_i phi(z_i + step u_i) - phi(z_i) (the data part of q's change)."""
+    total = 0.0
+    for i in range(cnt):
+        v = vals[i]
+        su = step * u[i]
+        if su == 0.0:
+            continue
+        if z[i] <= zmin:  # the ratio form needs z > 0: values directly
+            after, before = entry_value(kind, beta, v, z[i] + su), entry_value(kind, beta, v, z[i])
+            if after != before:  # (both +inf: no change, not NaN)
+                total += after - before
+            continue
+        rel = su * iz[i]
+        if rel <= -1.0:
+            return np.inf
+        lg = math.log1p(rel)
+        if kind == KIND_KL:
+            total -= v * lg
+        elif kind == KIND_IS:
+            total += v * (1.0 / (z[i] + su) - iz[i]) + lg
+        else:
+            part = (beta - 1.0) * zb[i] * math.expm1(beta * lg)
+            if v > 0.0:
+                part -= beta * v * zb[i] * iz[i] * math.expm1((beta - 1.0) * lg)
+            total += part / (beta * (beta - 1.0))
+    return total
+
+
+@njit(nogil=True, fastmath=FAST)
+def model_sweeps(a, g, x, y, b, k, omega, theta, max_sweeps, sweep_tol):
+    """MSM sweeps on min_{y >= 0} (g - A x)'y + 1/2 y'Ay from y = x (y overwritten).
+    Returns the number of sweeps."""
+    for t in range(k):
+        acc = g[t]
+        for s in range(k):
+            acc -= a[t, s] * x[s]
+        b[t] = acc
+        y[t] = x[t]
+    mean_diag = 0.0
+    for t in range(k):
+        mean_diag += a[t, t]
+    theta_abs = theta * mean_diag / k
+    first = -1.0
+    done = 0
+    for _ in range(max_sweeps):
+        moved = 0.0
         for t in range(k):
-            acc = g[t]
+            grad = b[t]
             for s in range(k):
-                acc -= a[t, s] * x[s]
-            b[t] = acc
-            y[t] = x[t]
-        mean_diag = 0.0
-        for t in range(k):
-            mean_diag += a[t, t]
-        theta_abs = theta * mean_diag / k
-        first = -1.0
-        done = 0
-        for _ in range(max_sweeps):
-            moved = 0.0
-            for t in range(k):
-                grad = b[t]
-                for s in range(k):
-                    grad += a[t, s] * y[s]
-                bt = (a[t, t] + theta_abs) / omega
-                if bt > 0.0:
-                    new = y[t] - grad / bt
-                    if new < 0.0:
-                        new = 0.0
-                elif grad > 0.0:  # no curvature, rising: the minimum is at the bound
+                grad += a[t, s] * y[s]
+            bt = (a[t, t] + theta_abs) / omega
+            if bt > 0.0:
+                new = y[t] - grad / bt
+                if new < 0.0:
                     new = 0.0
-                else:  # no curvature, falling or flat: no finite step here
-                    continue
-                diff = new - y[t]
-                moved += diff * diff
-                y[t] = new
-            done += 1
-            if first < 0.0:
-                first = moved
-                if moved == 0.0:
-                    break
-            elif moved <= sweep_tol * sweep_tol * first:
-                break
-        return done
-
-    @njit(nogil=True, fastmath=FAST)
-    def model_exact(a, g, x, y, b, k, passive, chol, z, w):
-        """The model's exact minimiser from the sweeps' y (>= 0, overwritten): Lawson &
-        Hanson's active set on min_{y >= 0} (g - A x)'y + 1/2 y'Ay, each face by a
-        Cholesky factor of A_FF (a tiny ridge, 1e-12 max diag A, for a singular A).
-        Returns False if it ran out of iterations (y is then feasible, not optimal)."""
-        # b = g - A x (from model_sweeps)
-        top = 0.0
-        for t in range(k):
-            top = max(top, a[t, t])
-        ridge = 1e-12 * top
-        scale = 0.0
-        for t in range(k):
-            scale = max(scale, abs(b[t]))
-            passive[t] = y[t] > 0.0
-        for _ in range(3 * k + 10):
-            # the face's solution z_F = -A_FF^-1 b_F by Cholesky
-            for t in range(k):
-                for s in range(k):
-                    chol[t, s] = 0.0
-            for t in range(k):
-                if not passive[t]:
-                    continue
-                for s in range(t + 1):
-                    if not passive[s]:
-                        continue
-                    acc = a[t, s] + (ridge if s == t else 0.0)
-                    for r in range(s):
-                        if passive[r]:
-                            acc -= chol[t, r] * chol[s, r]
-                    if s == t:
-                        chol[t, t] = math.sqrt(acc) if acc > 0.0 else math.sqrt(ridge + 1e-300)
-                    else:
-                        chol[t, s] = acc / chol[s, s]
-            for t in range(k):  # forward: L u = -b_F
-                if passive[t]:
-                    acc = -b[t]
-                    for r in range(t):
-                        if passive[r]:
-                            acc -= chol[t, r] * z[r]
-                    z[t] = acc / chol[t, t]
-                else:
-                    z[t] = 0.0
-            for t in range(k - 1, -1, -1):  # back: L' z = u
-                if passive[t]:
-                    acc = z[t]
-                    for r in range(t + 1, k):
-                        if passive[r]:
-                            acc -= chol[r, t] * z[r]
-                    z[t] = acc / chol[t, t]
-            # step towards z, stopped where a variable of the face reaches 0
-            alpha = 1.0
-            for t in range(k):
-                if passive[t] and z[t] <= 0.0:
-                    denom = y[t] - z[t]
-                    if denom > 0.0 and y[t] / denom < alpha:
-                        alpha = y[t] / denom
-            for t in range(k):
-                if passive[t]:
-                    y[t] += alpha * (z[t] - y[t])
-                    if alpha < 1.0 and y[t] <= 1e-300:
-                        y[t] = 0.0
-                        passive[t] = False
-            if alpha < 1.0:
+            elif grad > 0.0:  # no curvature, rising: the minimum is at the bound
+                new = 0.0
+            else:  # no curvature, falling or flat: no finite step here
                 continue
-            # optimal on the face: a variable at 0 with a negative gradient joins
-            best, join = 0.0, -1
-            big = 0.0
-            for t in range(k):
-                big = max(big, y[t])
-            tol = 1e-12 * (top * big + scale)
-            for t in range(k):
-                if passive[t]:
-                    continue
-                grad = b[t]
-                for s in range(k):
-                    grad += a[t, s] * y[s]
-                w[t] = grad
-                if -grad > tol and -grad > best:
-                    best, join = -grad, t
-            if join < 0:
-                return True
-            passive[join] = True
-        return False
+            diff = new - y[t]
+            moved += diff * diff
+            y[t] = new
+        done += 1
+        if first < 0.0:
+            first = moved
+            if moved == 0.0:
+                break
+        elif moved <= sweep_tol * sweep_tol * first:
+            break
+    return done
 
-    @njit(nogil=True, fastmath=FAST)
-    def column(beta, ft, vals, cnt, x, fsum, l1, l2, zmin, omega, theta, max_newton,
-               max_sweeps, sweep_tol, step_tol, exact, z, d1, d2, iz, zb, u, wrk, a, g, y, b,
-               d, passive, chol, zq, wq, counts):  # fmt: skip
-        """Proximal Newton on one column from x (updated in place); ``ft`` (k x cnt) holds
-        F's rows of the column's entries, transposed.  Returns the change of q;
-        ``counts`` gets (Newton iterations, sweeps, line-search trials)."""
-        k = x.shape[0]
-        for i in range(cnt):
-            z[i] = 0.0
+
+@njit(nogil=True, fastmath=FAST)
+def model_exact(a, g, x, y, b, k, passive, chol, z, w):
+    """The model's exact minimiser from the sweeps' y (>= 0, overwritten): Lawson &
+    Hanson's active set on min_{y >= 0} (g - A x)'y + 1/2 y'Ay, each face by a
+    Cholesky factor of A_FF (a tiny ridge, 1e-12 max diag A, for a singular A).
+    Returns False if it ran out of iterations (y is then feasible, not optimal)."""
+    # b = g - A x (from model_sweeps)
+    top = 0.0
+    for t in range(k):
+        top = max(top, a[t, t])
+    ridge = 1e-12 * top
+    scale = 0.0
+    for t in range(k):
+        scale = max(scale, abs(b[t]))
+        passive[t] = y[t] > 0.0
+    for _ in range(3 * k + 10):
+        # the face's solution z_F = -A_FF^-1 b_F by Cholesky
         for t in range(k):
-            xt = x[t]
-            if xt != 0.0:
-                for i in range(cnt):
-                    z[i] += ft[t, i] * xt
-        total = 0.0
-        n_newton = n_sweeps = n_trials = 0
-        for _ in range(max_newton):
-            derivatives(beta, vals, z, cnt, zmin, d1, d2, iz, zb, not exact)
-            for t in range(k):
+            for s in range(k):
+                chol[t, s] = 0.0
+        for t in range(k):
+            if not passive[t]:
+                continue
+            for s in range(t + 1):
+                if not passive[s]:
+                    continue
+                acc = a[t, s] + (ridge if s == t else 0.0)
+                for r in range(s):
+                    if passive[r]:
+                        acc -= chol[t, r] * chol[s, r]
+                if s == t:
+                    chol[t, t] = math.sqrt(acc) if acc > 0.0 else math.sqrt(ridge + 1e-300)
+                else:
+                    chol[t, s] = acc / chol[s, s]
+        for t in range(k):  # forward: L u = -b_F
+            if passive[t]:
+                acc = -b[t]
+                for r in range(t):
+                    if passive[r]:
+                        acc -= chol[t, r] * z[r]
+                z[t] = acc / chol[t, t]
+            else:
+                z[t] = 0.0
+        for t in range(k - 1, -1, -1):  # back: L' z = u
+            if passive[t]:
+                acc = z[t]
+                for r in range(t + 1, k):
+                    if passive[r]:
+                        acc -= chol[r, t] * z[r]
+                z[t] = acc / chol[t, t]
+        # step towards z, stopped where a variable of the face reaches 0
+        alpha = 1.0
+        for t in range(k):
+            if passive[t] and z[t] <= 0.0:
+                denom = y[t] - z[t]
+                if denom > 0.0 and y[t] / denom < alpha:
+                    alpha = y[t] / denom
+        for t in range(k):
+            if passive[t]:
+                y[t] += alpha * (z[t] - y[t])
+                if alpha < 1.0 and y[t] <= 1e-300:
+                    y[t] = 0.0
+                    passive[t] = False
+        if alpha < 1.0:
+            continue
+        # optimal on the face: a variable at 0 with a negative gradient joins
+        best, join = 0.0, -1
+        big = 0.0
+        for t in range(k):
+            big = max(big, y[t])
+        tol = 1e-12 * (top * big + scale)
+        for t in range(k):
+            if passive[t]:
+                continue
+            grad = b[t]
+            for s in range(k):
+                grad += a[t, s] * y[s]
+            w[t] = grad
+            if -grad > tol and -grad > best:
+                best, join = -grad, t
+        if join < 0:
+            return True
+        passive[join] = True
+    return False
+
+
+@njit(nogil=True, fastmath=FAST)
+def column(kind, beta, ft, vals, cnt, x, fsum, l1, l2, zmin, omega, theta, max_newton,
+           max_sweeps, sweep_tol, step_tol, exact, z, d1, d2, iz, zb, u, wrk, a, g, y, b,
+           d, passive, chol, zq, wq, counts):  # fmt: skip
+    """Proximal Newton on one column from x (updated in place); ``ft`` (k x cnt) holds
+    F's rows of the column's entries, transposed.  Returns the change of q;
+    ``counts`` gets (Newton iterations, sweeps, line-search trials)."""
+    k = x.shape[0]
+    for i in range(cnt):
+        z[i] = 0.0
+    for t in range(k):
+        xt = x[t]
+        if xt != 0.0:
+            for i in range(cnt):
+                z[i] += ft[t, i] * xt
+    total = 0.0
+    n_newton = n_sweeps = n_trials = 0
+    for _ in range(max_newton):
+        derivatives(kind, beta, vals, z, cnt, zmin, d1, d2, iz, zb, not exact)
+        for t in range(k):
+            acc = 0.0
+            for i in range(cnt):
+                acc += ft[t, i] * d1[i]
+            if kind == KIND_KL:
+                acc += fsum[t]
+            g[t] = acc + l1 + l2 * x[t]
+        for t in range(k):
+            for i in range(cnt):
+                wrk[i] = ft[t, i] * d2[i]
+            for s in range(t + 1):
                 acc = 0.0
                 for i in range(cnt):
-                    acc += ft[t, i] * d1[i]
+                    acc += wrk[i] * ft[s, i]
+                a[t, s] = acc
+                a[s, t] = acc
+            a[t, t] += l2
+        # sweeps cost k^2 each, forming A cnt k^2 / 2: a column with few entries gets
+        # at most cnt / 2 of them (the model is then cheap to form and needs fewer)
+        sweeps_cap = max_sweeps if 2 * max_sweeps <= cnt else max(2, cnt // 2)
+        n_sweeps += model_sweeps(a, g, x, y, b, k, omega, theta, sweeps_cap, sweep_tol)
+        if exact:  # the sweeps' point finished exactly (solves to convergence)
+            model_exact(a, g, x, y, b, k, passive, chol, zq, wq)
+        n_newton += 1
+        delta = 0.0
+        size = 0.0
+        for t in range(k):
+            d[t] = y[t] - x[t]
+            delta += g[t] * d[t]
+            size += abs(g[t]) * (x[t] + abs(d[t]))
+        if not delta < -ROUNDING_ULPS * EPS * size:
+            break  # no descent above rounding left: this column is done
+        big = 0.0
+        move = 0.0
+        for t in range(k):
+            big = max(big, x[t], y[t])
+            move = max(move, abs(d[t]))
+        if move <= step_tol * big:
+            break  # the model's step is below the asked relative size
+        for i in range(cnt):
+            u[i] = 0.0
+        for t in range(k):
+            dt = d[t]
+            if dt != 0.0:
+                for i in range(cnt):
+                    u[i] += ft[t, i] * dt
+        step = 1.0
+        if kind != KIND_BETA or beta < 1.0:  # the barrier z_i > 0 where v_i > 0
+            for i in range(cnt):
+                if u[i] < 0.0 and vals[i] > 0.0 and z[i] > 0.0:
+                    limit = -z[i] / u[i]
+                    if 0.99 * limit < step:
+                        step = 0.99 * limit
+        accepted = False
+        df = 0.0
+        for _ in range(MAX_HALVINGS):
+            n_trials += 1
+            df = change(kind, beta, vals, z, u, iz, zb, cnt, step, zmin)
+            for t in range(k):
+                sd = step * d[t]
+                df += sd * (l1 + l2 * (x[t] + 0.5 * sd))
                 if kind == KIND_KL:
-                    acc += fsum[t]
-                g[t] = acc + l1 + l2 * x[t]
-            for t in range(k):
-                for i in range(cnt):
-                    wrk[i] = ft[t, i] * d2[i]
-                for s in range(t + 1):
-                    acc = 0.0
-                    for i in range(cnt):
-                        acc += wrk[i] * ft[s, i]
-                    a[t, s] = acc
-                    a[s, t] = acc
-                a[t, t] += l2
-            # sweeps cost k^2 each, forming A cnt k^2 / 2: a column with few entries gets
-            # at most cnt / 2 of them (the model is then cheap to form and needs fewer)
-            sweeps_cap = max_sweeps if 2 * max_sweeps <= cnt else max(2, cnt // 2)
-            n_sweeps += model_sweeps(a, g, x, y, b, k, omega, theta, sweeps_cap, sweep_tol)
-            if exact:  # the sweeps' point finished exactly (solves to convergence)
-                model_exact(a, g, x, y, b, k, passive, chol, zq, wq)
-            n_newton += 1
-            delta = 0.0
-            size = 0.0
-            for t in range(k):
-                d[t] = y[t] - x[t]
-                delta += g[t] * d[t]
-                size += abs(g[t]) * (x[t] + abs(d[t]))
-            if not delta < -ROUNDING_ULPS * EPS * size:
-                break  # no descent above rounding left: this column is done
-            big = 0.0
-            move = 0.0
-            for t in range(k):
-                big = max(big, x[t], y[t])
-                move = max(move, abs(d[t]))
-            if move <= step_tol * big:
-                break  # the model's step is below the asked relative size
-            for i in range(cnt):
-                u[i] = 0.0
-            for t in range(k):
-                dt = d[t]
-                if dt != 0.0:
-                    for i in range(cnt):
-                        u[i] += ft[t, i] * dt
-            step = 1.0
-            if kind != KIND_BETA or beta < 1.0:  # the barrier z_i > 0 where v_i > 0
-                for i in range(cnt):
-                    if u[i] < 0.0 and vals[i] > 0.0 and z[i] > 0.0:
-                        limit = -z[i] / u[i]
-                        if 0.99 * limit < step:
-                            step = 0.99 * limit
-            accepted = False
-            df = 0.0
-            for _ in range(MAX_HALVINGS):
-                n_trials += 1
-                df = change(beta, vals, z, u, iz, zb, cnt, step, zmin)
-                for t in range(k):
-                    sd = step * d[t]
-                    df += sd * (l1 + l2 * (x[t] + 0.5 * sd))
-                    if kind == KIND_KL:
-                        df += fsum[t] * sd
-                if df <= SIGMA * step * delta:
-                    accepted = True
-                    break
-                step *= 0.5
-            if not accepted:
+                    df += fsum[t] * sd
+            if df <= SIGMA * step * delta:
+                accepted = True
                 break
+            step *= 0.5
+        if not accepted:
+            break
+        for t in range(k):
+            xt = x[t] + step * d[t]
+            x[t] = xt if xt > 0.0 else 0.0
+        for i in range(cnt):
+            z[i] += step * u[i]
+        total += df
+    counts[0] = n_newton
+    counts[1] = n_sweeps
+    counts[2] = n_trials
+    return total
+
+
+@njit(nogil=True, fastmath=FAST)
+def pattern(kind, beta, f_rows, fsum, indptr, indices, values_, xs, c0, c1, l1, l2, zmin,
+            omega, theta, max_newton, max_sweeps, sweep_tol, step_tol, exact, evaluate,
+            out_f, out_counts):  # fmt: skip
+    """Columns c0..c1-1 reading only the stored entries of each column: column j's
+    are ``values_[indptr[j]:indptr[j+1]]`` in rows ``indices[...]``; ``f_rows`` is F
+    (n x k), ``xs`` the factor (c x k, row j = column j's x), updated in place.
+    ``out_f[j]``: the change of q (or q itself, ``evaluate``: no iteration)."""
+    k = xs.shape[1]
+    longest = 1
+    for j in range(c0, c1):
+        longest = max(longest, indptr[j + 1] - indptr[j])
+    ft = np.empty((k, longest))
+    z, d1, d2 = np.empty(longest), np.empty(longest), np.empty(longest)
+    iz, zb, u, wrk = np.empty(longest), np.empty(longest), np.empty(longest), np.empty(longest)
+    vals = np.empty(longest)
+    a = np.empty((k, k))
+    g, y, b, d, x = np.empty(k), np.empty(k), np.empty(k), np.empty(k), np.empty(k)
+    passive = np.zeros(k, dtype=np.bool_)
+    chol, zq, wq = np.empty((k, k)), np.empty(k), np.empty(k)
+    counts = np.zeros(3, dtype=np.int64)
+    for j in range(c0, c1):
+        p0 = indptr[j]
+        cnt = indptr[j + 1] - p0
+        for q in range(cnt):
+            row = indices[p0 + q]
+            vals[q] = values_[p0 + q]
             for t in range(k):
-                xt = x[t] + step * d[t]
-                x[t] = xt if xt > 0.0 else 0.0
+                ft[t, q] = f_rows[row, t]
+        for t in range(k):
+            x[t] = xs[j, t]
+        if evaluate:
             for i in range(cnt):
-                z[i] += step * u[i]
-            total += df
-        counts[0] = n_newton
-        counts[1] = n_sweeps
-        counts[2] = n_trials
-        return total
-
-    @njit(nogil=True, fastmath=FAST)
-    def pattern(beta, f_rows, fsum, indptr, indices, values_, xs, c0, c1, l1, l2, zmin,
-                omega, theta, max_newton, max_sweeps, sweep_tol, step_tol, exact, evaluate,
-                out_f, out_counts):  # fmt: skip
-        """Columns c0..c1-1 reading only the stored entries of each column: column j's
-        are ``values_[indptr[j]:indptr[j+1]]`` in rows ``indices[...]``; ``f_rows`` is F
-        (n x k), ``xs`` the factor (c x k, row j = column j's x), updated in place.
-        ``out_f[j]``: the change of q (or q itself, ``evaluate``: no iteration)."""
-        k = xs.shape[1]
-        longest = 1
-        for j in range(c0, c1):
-            longest = max(longest, indptr[j + 1] - indptr[j])
-        ft = np.empty((k, longest))
-        z, d1, d2 = np.empty(longest), np.empty(longest), np.empty(longest)
-        iz, zb, u, wrk = np.empty(longest), np.empty(longest), np.empty(longest), np.empty(longest)
-        vals = np.empty(longest)
-        a = np.empty((k, k))
-        g, y, b, d, x = np.empty(k), np.empty(k), np.empty(k), np.empty(k), np.empty(k)
-        passive = np.zeros(k, dtype=np.bool_)
-        chol, zq, wq = np.empty((k, k)), np.empty(k), np.empty(k)
-        counts = np.zeros(3, dtype=np.int64)
-        for j in range(c0, c1):
-            p0 = indptr[j]
-            cnt = indptr[j + 1] - p0
-            for q in range(cnt):
-                row = indices[p0 + q]
-                vals[q] = values_[p0 + q]
+                acc = 0.0
                 for t in range(k):
-                    ft[t, q] = f_rows[row, t]
-            for t in range(k):
-                x[t] = xs[j, t]
-            if evaluate:
-                for i in range(cnt):
-                    acc = 0.0
-                    for t in range(k):
-                        acc += ft[t, i] * x[t]
-                    z[i] = acc
-                out_f[j] = values(beta, vals, z, cnt, x, fsum, l1, l2)
-                continue
-            out_f[j] = column(
-                beta, ft, vals, cnt, x, fsum, l1, l2, zmin, omega, theta, max_newton,
-                max_sweeps, sweep_tol, step_tol, exact, z, d1, d2, iz, zb, u, wrk, a, g, y, b,
-                d, passive, chol, zq, wq, counts,
-            )  # fmt: skip
-            for t in range(k):
-                xs[j, t] = x[t]
-            for q in range(3):
-                out_counts[j, q] = counts[q]
+                    acc += ft[t, i] * x[t]
+                z[i] = acc
+            out_f[j] = values(kind, beta, vals, z, cnt, x, fsum, l1, l2)
+            continue
+        out_f[j] = column(
+            kind, beta, ft, vals, cnt, x, fsum, l1, l2, zmin, omega, theta, max_newton,
+            max_sweeps, sweep_tol, step_tol, exact, z, d1, d2, iz, zb, u, wrk, a, g, y, b,
+            d, passive, chol, zq, wq, counts,
+        )  # fmt: skip
+        for t in range(k):
+            xs[j, t] = x[t]
+        for q in range(3):
+            out_counts[j, q] = counts[q]
 
-    @njit(nogil=True, fastmath=FAST)
-    def dense(beta, f_t, fsum, v, xs, c0, c1, l1, l2, zmin, omega, theta, max_newton,
-              max_sweeps, sweep_tol, step_tol, exact, evaluate, out_f, out_counts):  # fmt: skip
-        """Columns c0..c1-1 reading every entry: column j's data is ``v[j]`` (c x n, C
-        order) and ``f_t`` is F' (k x n), read in place."""
-        k = xs.shape[1]
-        n = v.shape[1]
-        m = max(n, 1)
-        z, d1, d2 = np.empty(m), np.empty(m), np.empty(m)
-        iz, zb, u, wrk = np.empty(m), np.empty(m), np.empty(m), np.empty(m)
-        a = np.empty((k, k))
-        g, y, b, d, x = np.empty(k), np.empty(k), np.empty(k), np.empty(k), np.empty(k)
-        passive = np.zeros(k, dtype=np.bool_)
-        chol, zq, wq = np.empty((k, k)), np.empty(k), np.empty(k)
-        counts = np.zeros(3, dtype=np.int64)
-        for j in range(c0, c1):
+
+@njit(nogil=True, fastmath=FAST)
+def dense(kind, beta, f_t, fsum, v, xs, c0, c1, l1, l2, zmin, omega, theta, max_newton,
+          max_sweeps, sweep_tol, step_tol, exact, evaluate, out_f, out_counts):  # fmt: skip
+    """Columns c0..c1-1 reading every entry: column j's data is ``v[j]`` (c x n, C
+    order) and ``f_t`` is F' (k x n), read in place."""
+    k = xs.shape[1]
+    n = v.shape[1]
+    m = max(n, 1)
+    z, d1, d2 = np.empty(m), np.empty(m), np.empty(m)
+    iz, zb, u, wrk = np.empty(m), np.empty(m), np.empty(m), np.empty(m)
+    a = np.empty((k, k))
+    g, y, b, d, x = np.empty(k), np.empty(k), np.empty(k), np.empty(k), np.empty(k)
+    passive = np.zeros(k, dtype=np.bool_)
+    chol, zq, wq = np.empty((k, k)), np.empty(k), np.empty(k)
+    counts = np.zeros(3, dtype=np.int64)
+    for j in range(c0, c1):
+        for t in range(k):
+            x[t] = xs[j, t]
+        vj = v[j]
+        if evaluate:
+            for i in range(n):
+                z[i] = 0.0
             for t in range(k):
-                x[t] = xs[j, t]
-            vj = v[j]
-            if evaluate:
                 for i in range(n):
-                    z[i] = 0.0
-                for t in range(k):
-                    for i in range(n):
-                        z[i] += f_t[t, i] * x[t]
-                out_f[j] = values(beta, vj, z, n, x, fsum, l1, l2)
-                continue
-            out_f[j] = column(
-                beta, f_t, vj, n, x, fsum, l1, l2, zmin, omega, theta, max_newton,
-                max_sweeps, sweep_tol, step_tol, exact, z, d1, d2, iz, zb, u, wrk, a, g, y, b,
-                d, passive, chol, zq, wq, counts,
-            )  # fmt: skip
-            for t in range(k):
-                xs[j, t] = x[t]
-            for q in range(3):
-                out_counts[j, q] = counts[q]
-
-    return pattern, dense
-
-
-_KERNELS = {}
+                    z[i] += f_t[t, i] * x[t]
+            out_f[j] = values(kind, beta, vj, z, n, x, fsum, l1, l2)
+            continue
+        out_f[j] = column(
+            kind, beta, f_t, vj, n, x, fsum, l1, l2, zmin, omega, theta, max_newton,
+            max_sweeps, sweep_tol, step_tol, exact, z, d1, d2, iz, zb, u, wrk, a, g, y, b,
+            d, passive, chol, zq, wq, counts,
+        )  # fmt: skip
+        for t in range(k):
+            xs[j, t] = x[t]
+        for q in range(3):
+            out_counts[j, q] = counts[q]
 
 
 def kernels(kind):
-    """(pattern, dense) compiled for ``kind`` (made on first use)."""
-    if kind not in _KERNELS:
-        _KERNELS[kind] = _make(int(kind))
-    return _KERNELS[kind]
+    """(pattern, dense) for ``kind``: the kernels with the kind as their first argument
+    (module-level functions, not closures made per kind: Numba's cache never matched
+    those, and every process compiled them again, seconds per loss)."""
+    kind = int(kind)
+
+    def run_pattern(*args):
+        return pattern(kind, *args)
+
+    def run_dense(*args):
+        return dense(kind, *args)
+
+    return run_pattern, run_dense
