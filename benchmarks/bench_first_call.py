@@ -50,6 +50,7 @@ ROADS = (
     *(f"ls_{p}" for p in PENALTY_ROADS),
     "solve",
     "nmf",
+    "nmf_beta",
     "denoise",
     "logistic",
     "demo",
@@ -94,6 +95,15 @@ def _road(mg, np, road):
         Y = rng.uniform(size=(30, 20))
         NMF = mg.NMF
         return lambda: NMF(n_components=3, max_iter=20, random_state=0).fit(Y)
+    if road == "nmf_beta":  # the Newton kernels of the Kullback-Leibler and IS losses
+        Y = rng.uniform(0.1, 1.0, size=(30, 20))
+        NMF = mg.NMF
+
+        def beta_fits():
+            for loss in ("kullback-leibler", "itakura-saito"):
+                NMF(n_components=3, beta_loss=loss, max_iter=20, random_state=0).fit(Y)
+
+        return beta_fits
     if road == "denoise":
         image = 100.0 + 20.0 * rng.standard_normal((24, 24))
         denoise = mg.denoise

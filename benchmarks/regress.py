@@ -455,7 +455,7 @@ def cell_sparse_support(quick):
 
 # -- cells: first call in a fresh process ----------------------------------------------------
 
-FIRST_CALL_ROADS = ("nnls", "ls_l1", "nmf", "denoise")
+FIRST_CALL_ROADS = ("nnls", "ls_l1", "nmf", "nmf_beta", "denoise")
 
 
 def cell_first_call(quick):
