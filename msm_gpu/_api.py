@@ -12,6 +12,7 @@ from . import run
 from ._input.foreign import accepts_foreign_arrays
 from .dask import solve as dask_solve
 from .dask.solve import any_dask
+from .finish.small_nnls import try_small_nnls
 from .options import SolveOptions
 from .penalties import NonNeg
 from .result import SolveResult
@@ -232,7 +233,10 @@ def nnls(C, D, **kwargs) -> SolveResult:
 
     Same as ``least_squares(C, D, NonNeg(), **kwargs)``.  By default the answer is exact
     (the one SciPy's ``nnls`` gives per column): on the CPU an active set per column, on
-    the GPU MSM sweeps followed by the exact finish.
+    the GPU MSM sweeps followed by the exact finish.  One small problem (a float64 NumPy
+    C with at most 128 columns and 65 536 entries, a 1-D ``D``, no keyword given) is
+    solved without the batch's layers (``info["small_problem"]``): the same answer in a
+    fraction of the call time.
 
     Parameters
     ----------
@@ -256,4 +260,8 @@ def nnls(C, D, **kwargs) -> SolveResult:
     >>> np.round(mg.nnls(C, d).x, 6)
     array([0.5, 0. ])
     """
+    if not kwargs:  # one small dense problem: without the batch's layers (finish/small_nnls.py)
+        small = try_small_nnls(C, D, _DEFAULTS.tol)
+        if small is not None:
+            return small
     return least_squares(C, D, NonNeg(), **kwargs)

@@ -1,0 +1,111 @@
+"""One small NNLS problem at default options, without the batch machinery.
+
+``mg.nnls(C, d)`` with a small dense C and one right-hand side spends about half a
+millisecond in the layers a batch needs (validation objects, rescaling, the design form's
+set-up, the result's bookkeeping) around a solve of tens of microseconds: ten to seventy
+times SciPy's ``nnls`` on the same problem.  Where nothing calls for those layers (NumPy
+float64 input, finite, of moderate scale, no option given), :func:`try_small_nnls` solves
+the problem by Lawson & Hanson's active set on C'C (:mod:`msm_gpu.solvers.nnls_columns`;
+where C'C is ill-conditioned, its face solved again from C by QR, the polish of
+:mod:`msm_gpu.finish.design_polish`) and returns the result the general road would: the
+same ``x`` to rounding, F, the same relative KKT residual and ``converged`` rule.
+Anything else (and a solve that does not meet the KKT conditions) returns None: the
+general road takes the call.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..penalties import NonNeg
+from ..result import SolveResult
+from ..solvers.nnls_columns import nnls_active_set
+from .design_polish import MAX_FACE_SOLVES, POLISH_COND, _lawson_hanson_qr, _QrWork
+from .objective import kkt_residual_from
+
+#: Most entries of C taken here (beyond, the solve is most of the call's time anyway).
+MAX_ENTRIES = 1 << 16
+#: Most unknowns: the general road's sweeps pay off before the active set above this.
+MAX_N = 128
+#: The data's largest magnitudes must lie within these powers of ten: outside, the general
+#: road's rescaling by powers of two keeps the products in range.
+SCALE_LIMITS = (1e-100, 1e100)
+_NONNEG = NonNeg()
+
+
+def _fits(C, d) -> bool:
+    """Plain NumPy float64, C (m, n) small and d (m,), finite and of moderate scale."""
+    if type(C) is not np.ndarray or type(d) is not np.ndarray:
+        return False
+    if C.dtype != np.float64 or d.dtype != np.float64 or C.ndim != 2 or d.ndim != 1:
+        return False
+    m, n = C.shape
+    if not (0 < n <= MAX_N and 0 < m and m * n <= MAX_ENTRIES and d.shape[0] == m):
+        return False
+    low, high = SCALE_LIMITS
+    for a in (C, d):
+        top = float(np.max(np.abs(a)))  # NaN makes every comparison below False
+        if not low <= top <= high:
+            return False
+    return True
+
+
+def try_small_nnls(C, d, tol):
+    """The result of ``nnls(C, d)`` at default options (``tol`` the default tolerance),
+    or None where the general road must take the call (see the module docstring).  The
+    user's arrays are only read."""
+    started = time.perf_counter()
+    if not _fits(C, d):
+        return None
+    m, n = C.shape
+    c = np.asfortranarray(C)  # a copy unless C is Fortran-ordered: columns read often
+    norms = np.sqrt(np.einsum("ij,ij->j", c, c))
+    if not np.all(norms > 0.0):
+        return None  # an empty column: the general road's care of zero curvature
+    # Lawson & Hanson on G = C'C (the general road's small active set); where G is
+    # ill-conditioned its face solved again from C by QR (the polish: usually one solve)
+    stats = {}
+    x, ok, _ = nnls_active_set(c.T @ c, (c.T @ d)[:, None], threads=1, stats=stats)
+    if not ok[0]:
+        return None
+    x = x[:, 0]
+    set_up = time.perf_counter()
+    if stats["cond"] > POLISH_COND:
+        max_solves = MAX_FACE_SOLVES[0] * n + MAX_FACE_SOLVES[1]
+        if not _lawson_hanson_qr(c, norms, d, x, _QrWork(m, n), np.empty(m), max_solves):
+            return None
+    cx = c @ x
+    residual = cx - d
+    fun = 0.5 * float(residual @ residual)
+    # the general road's KKT residual (design form): A x = C'(C x), r = -C'd, diag ||c_j||^2
+    ax, ctd = c.T @ cx, c.T @ d
+    kkt = kkt_residual_from(np, ax[:, None], -ctd[:, None], norms**2, x[:, None], _NONNEG)
+    kkt = np.asarray(kkt, dtype=np.float64).reshape(1)
+    if not (np.isfinite(fun) and kkt[0] <= tol):
+        return None
+    info = {
+        "representation": "design",
+        "finish": "auto",
+        "finish_method": "active_set",
+        "finish_polished": bool(stats["cond"] > POLISH_COND),
+        "small_problem": True,
+        "kkt_residual": kkt,
+    }
+    ended = time.perf_counter()
+    return SolveResult(
+        x=x,
+        fun=fun,
+        n_iter=0,
+        converged=True,
+        message=f"converged: KKT residual <= tol = {tol:g} (small problem)",
+        objective=np.array([0.5 * float(d @ d), fun]),
+        backend="cpu",
+        time=ended - started,
+        method="msm",
+        converged_columns=np.ones(1, dtype=bool),
+        n_iter_columns=np.zeros(1, dtype=np.int64),
+        timings={"setup": set_up - started, "iterations": 0.0, "finish": ended - set_up},
+        info=info,
+    )
