@@ -68,6 +68,15 @@ def test_small_road_gives_the_general_roads_and_scipys_answer(name, c, d):
     assert res.objective[0] == pytest.approx(0.5 * float(d @ d))
 
 
+def test_one_column_of_d_gives_one_column_of_x():
+    c, d = PROBLEMS[1][1], PROBLEMS[1][2]
+    res = mg.nnls(c, d[:, None])
+    assert res.info.get("small_problem") and res.x.shape == (c.shape[1], 1)
+    general = mg.least_squares(c, d[:, None], mg.NonNeg())
+    assert general.x.shape == res.x.shape
+    np.testing.assert_allclose(res.x, general.x, atol=1e-12)
+
+
 def test_the_polish_runs_where_the_gram_matrix_is_ill_conditioned():
     res = mg.nnls(PROBLEMS[-2][1], PROBLEMS[-2][2])
     assert res.info["finish_polished"]

@@ -36,10 +36,13 @@ _NONNEG = NonNeg()
 
 
 def _fits(C, d) -> bool:
-    """Plain NumPy float64, C (m, n) small and d (m,), finite and of moderate scale."""
+    """Plain NumPy float64, C (m, n) small and d (m,) or (m, 1), finite and of moderate
+    scale."""
     if type(C) is not np.ndarray or type(d) is not np.ndarray:
         return False
-    if C.dtype != np.float64 or d.dtype != np.float64 or C.ndim != 2 or d.ndim != 1:
+    if C.dtype != np.float64 or d.dtype != np.float64 or C.ndim != 2:
+        return False
+    if not (d.ndim == 1 or (d.ndim == 2 and d.shape[1] == 1)):
         return False
     m, n = C.shape
     if not (0 < n <= MAX_N and 0 < m and m * n <= MAX_ENTRIES and d.shape[0] == m):
@@ -60,6 +63,8 @@ def try_small_nnls(C, d, tol):
     if not _fits(C, d):
         return None
     m, n = C.shape
+    column = d.ndim == 2  # D given as one column: x is one column too
+    d = np.ascontiguousarray(d.reshape(m))
     c = np.asfortranarray(C)  # a copy unless C is Fortran-ordered: columns read often
     norms = np.sqrt(np.einsum("ij,ij->j", c, c))
     if not np.all(norms > 0.0):
@@ -95,7 +100,7 @@ def try_small_nnls(C, d, tol):
     }
     ended = time.perf_counter()
     return SolveResult(
-        x=x,
+        x=x[:, None] if column else x,
         fun=fun,
         n_iter=0,
         converged=True,
