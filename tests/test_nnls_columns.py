@@ -164,7 +164,7 @@ def test_every_face_solver_path_matches_scipy(rng, monkeypatch, path, data):
     x_true = np.abs(rng.normal(size=(n, 60))) * (rng.uniform(size=(n, 60)) < 0.8)
     d = c @ x_true + 0.01 * rng.normal(size=(c.shape[0], 60))
     g, p = c.T @ c, c.T @ d
-    h, refine, _ = nnls_columns._inverse_for_schur(g, nnls_columns._full_factor(g))
+    h, refine, _ = _schur_of(g)
     assert (h.shape[0] == n) == (path != "factor_only")
     if path == "schur":
         assert refine == (data == "peaks") == (np.linalg.cond(g) > nnls_columns.REFINE_COND)
@@ -181,7 +181,7 @@ def test_schur_solves_are_refined_to_the_accuracy_of_qr(rng):
     x_true = np.abs(rng.normal(size=(60, 200))) * (rng.uniform(size=(60, 200)) < 0.8)
     d = c @ x_true + 0.01 * rng.normal(size=(300, 200))
     g = c.T @ c
-    assert nnls_columns._inverse_for_schur(g, nnls_columns._full_factor(g))[1]  # refined
+    assert _schur_of(g)[1]  # refined
     x, ok, _ = nnls_active_set(c.T @ c, c.T @ d)
     assert ok.all()
     for j in range(d.shape[1]):
@@ -189,3 +189,9 @@ def test_schur_solves_are_refined_to_the_accuracy_of_qr(rng):
         ref = np.zeros(60)
         ref[free] = np.linalg.lstsq(c[:, free], d[:, j], rcond=None)[0]
         assert np.abs(x[:, j] - ref).max() <= 2e-10 * np.abs(ref).max()
+
+
+def _schur_of(g):
+    """The Schur settings nnls_active_set derives from G (inverse, refine, most at 0)."""
+    h, cond = nnls_columns._inverse_and_condition(g, nnls_columns._full_factor(g))
+    return nnls_columns._schur_settings(g.shape[0], h, cond)

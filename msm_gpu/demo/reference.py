@@ -52,7 +52,7 @@ def nnls_reference(C, d, backend="cpu"):
     import msm_gpu as mg
 
     res = mg.nnls(C, d, representation="gram", backend=backend)
-    x = np.asarray(res.x.get() if hasattr(res.x, "get") else res.x)
+    x = host(res.x)
     value = least_squares_value(C, d, x)
     x_ref, _ = scipy.optimize.nnls(C, d)
     ref = least_squares_value(C, d, x_ref)
@@ -132,3 +132,8 @@ def l0_reference(C, d, lam, finals):
         "polished": polished,
         "best_method": best,
     }
+
+
+def host(x):
+    """A NumPy copy of a NumPy or CuPy array (the demo's one conversion to the host)."""
+    return np.asarray(x.get() if hasattr(x, "get") else x)

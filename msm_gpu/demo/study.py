@@ -125,7 +125,7 @@ PAPER_LAM = 1.0
 
 
 def _host(x):
-    return np.asarray(x.get() if hasattr(x, "get") else x)
+    return reference.host(x)
 
 
 def run_figure1(
@@ -413,10 +413,6 @@ def _plus_noise(clean, rng):
     return noise
 
 
-def _to_host(x):
-    return np.asarray(x.get() if hasattr(x, "get") else x)
-
-
 def _best_of(fn, repeats):
     """``fn()``'s last value and the shortest of ``repeats`` wall-clock times."""
     times = []
@@ -438,7 +434,7 @@ def warm_up_batched_nnls(backend="cpu", seed=0):
 
     c, d = batched_data("uniform", (8, 4), 3, seed)
     t0 = time.perf_counter()
-    _to_host(mg.nnls(c, d, backend=backend).x)
+    _host(mg.nnls(c, d, backend=backend).x)
     return time.perf_counter() - t0
 
 
@@ -529,7 +525,7 @@ def run_batched_nnls(
 
 def _solved(res):
     """``res`` and its x on the host: a GPU's queued work is then finished and timed."""
-    return res, _to_host(res.x)
+    return res, _host(res.x)
 
 
 def run_batched_demo(

@@ -29,7 +29,7 @@ import scipy.sparse as sp
 from ..backends.cpu.jit import njit
 from ..backends.cpu.threads import blas_controller, run_ranges, sweep_threads, thread_cap
 from . import newton_kernels as nk
-from .loop import Data, is_sparse, stable_objective
+from .loop import Data, is_sparse, power_of_two_times, stable_objective
 
 #: scikit-learn's floor for WH in the multiplicative updates (``_nmf.EPSILON``, float32's
 #: eps, absolute: here in the units of Y / 2^e).
@@ -172,16 +172,6 @@ def newton_half_step(
     return out_f, counts
 
 
-def penalty(x, l1, l2):
-    """l1 sum(x) + l2/2 ||x||^2."""
-    out = 0.0
-    if l1:
-        out += l1 * float(x.sum())
-    if l2:
-        out += 0.5 * l2 * float(np.vdot(x, x))
-    return out
-
-
 def objective(data, W, Ht, reg):
     """The divergence of Y from W H' plus both penalties (one evaluation pass)."""
     if data.fro is not None:
@@ -192,7 +182,7 @@ def objective(data, W, Ht, reg):
         data, "W", Ht, W, reg.l1_w, reg.l2_w, omega=1.0, theta=0.0, newton=0,
         sweeps=0, sweep_tol=0.0, evaluate=True,
     )  # fmt: skip
-    return float(f_cols.sum()) + penalty(Ht, reg.l1_h, reg.l2_h)
+    return float(f_cols.sum()) + reg.factor_value(Ht, "H")
 
 
 def divergence(data, W, Ht):
@@ -579,9 +569,9 @@ def fit_beta(Y, params, W=None, H=None):
         Wx, info["objective"] = solve_w(data, Ht, reg, params, Wx)
         loss = divergence(data, Wx, Ht)
     scale = beta * e
-    info["reconstruction_err"] = _times_exp2(math.sqrt(2.0 * max(loss, 0.0)), 0.5 * scale)
-    info["objective"] = _times_exp2(info["objective"], scale)
-    info["objective_loop"] = _times_exp2(info["objective_loop"], scale)
+    info["reconstruction_err"] = power_of_two_times(math.sqrt(2.0 * max(loss, 0.0)), 0.5 * scale)
+    info["objective"] = power_of_two_times(info["objective"], scale)
+    info["objective_loop"] = power_of_two_times(info["objective_loop"], scale)
     info["history"] = history_in_user_units(info["history"], e, beta)
     half = 2.0 ** (e // 2)
     W_out = np.ascontiguousarray(Wx * half, dtype=dtype)
@@ -607,14 +597,6 @@ def transform_beta(Y, components, params):
     reg = Regularization.from_params(params, Y.shape).rescaled(e, beta)
     Wx, _ = solve_w(data, Ht, reg, params, value=False)
     return np.ascontiguousarray(Wx * half, dtype=dtype_of(Y))
-
-
-def _times_exp2(x, n):
-    """x * 2^n for a float n (inf where that overflows)."""
-    if not n:
-        return float(x)
-    with np.errstate(over="ignore"):
-        return float(np.float64(x) * np.exp2(n))
 
 
 def _host_backend(params, Y):

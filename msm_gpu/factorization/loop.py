@@ -740,8 +740,11 @@ def history_in_user_units(history, exponent, beta=2.0):
 
 
 def power_of_two_times(x, n):
-    """``x * 2^n`` as a float (inf where that overflows, without an error)."""
+    """``x * 2^n`` as a float (inf where that overflows, without an error); ``n`` may be
+    a half-integer (beta-divergence units: 2^(beta e / 2))."""
     if not n:
         return float(x)
     with np.errstate(over="ignore"):
-        return float(np.ldexp(np.float64(x), int(n)))
+        if float(n).is_integer():
+            return float(np.ldexp(np.float64(x), int(n)))
+        return float(np.float64(x) * np.exp2(n))

@@ -224,7 +224,7 @@ def model_sweeps(a, g, x, y, b, k, omega, theta, max_sweeps, sweep_tol):
 
 
 @njit(nogil=True, fastmath=FAST)
-def model_exact(a, g, x, y, b, k, passive, chol, z, w):
+def model_exact(a, g, x, y, b, k, passive, chol, z):
     """The model's exact minimiser from the sweeps' y (>= 0, overwritten): Lawson &
     Hanson's active set on min_{y >= 0} (g - A x)'y + 1/2 y'Ay, each face by a
     Cholesky factor of A_FF (a tiny ridge, 1e-12 max diag A, for a singular A).
@@ -300,7 +300,6 @@ def model_exact(a, g, x, y, b, k, passive, chol, z, w):
             grad = b[t]
             for s in range(k):
                 grad += a[t, s] * y[s]
-            w[t] = grad
             if -grad > tol and -grad > best:
                 best, join = -grad, t
         if join < 0:
@@ -312,7 +311,7 @@ def model_exact(a, g, x, y, b, k, passive, chol, z, w):
 @njit(nogil=True, fastmath=FAST)
 def column(kind, beta, ft, vals, cnt, x, fsum, l1, l2, zmin, omega, theta, max_newton,
            max_sweeps, sweep_tol, step_tol, exact, z, d1, d2, iz, zb, u, wrk, a, g, y, b,
-           d, passive, chol, zq, wq, counts):  # fmt: skip
+           d, passive, chol, zq, counts):  # fmt: skip
     """Proximal Newton on one column from x (updated in place); ``ft`` (k x cnt) holds
     F's rows of the column's entries, transposed.  Returns the change of q;
     ``counts`` gets (Newton iterations, sweeps, line-search trials)."""
@@ -350,7 +349,7 @@ def column(kind, beta, ft, vals, cnt, x, fsum, l1, l2, zmin, omega, theta, max_n
         sweeps_cap = max_sweeps if 2 * max_sweeps <= cnt else max(2, cnt // 2)
         n_sweeps += model_sweeps(a, g, x, y, b, k, omega, theta, sweeps_cap, sweep_tol)
         if exact:  # the sweeps' point finished exactly (solves to convergence)
-            model_exact(a, g, x, y, b, k, passive, chol, zq, wq)
+            model_exact(a, g, x, y, b, k, passive, chol, zq)
         n_newton += 1
         delta = 0.0
         size = 0.0
@@ -428,7 +427,7 @@ def pattern(kind, beta, f_rows, fsum, indptr, indices, values_, xs, c0, c1, l1, 
     a = np.empty((k, k))
     g, y, b, d, x = np.empty(k), np.empty(k), np.empty(k), np.empty(k), np.empty(k)
     passive = np.zeros(k, dtype=np.bool_)
-    chol, zq, wq = np.empty((k, k)), np.empty(k), np.empty(k)
+    chol, zq = np.empty((k, k)), np.empty(k)
     counts = np.zeros(3, dtype=np.int64)
     for j in range(c0, c1):
         p0 = indptr[j]
@@ -451,7 +450,7 @@ def pattern(kind, beta, f_rows, fsum, indptr, indices, values_, xs, c0, c1, l1, 
         out_f[j] = column(
             kind, beta, ft, vals, cnt, x, fsum, l1, l2, zmin, omega, theta, max_newton,
             max_sweeps, sweep_tol, step_tol, exact, z, d1, d2, iz, zb, u, wrk, a, g, y, b,
-            d, passive, chol, zq, wq, counts,
+            d, passive, chol, zq, counts,
         )  # fmt: skip
         for t in range(k):
             xs[j, t] = x[t]
@@ -472,7 +471,7 @@ def dense(kind, beta, f_t, fsum, v, xs, c0, c1, l1, l2, zmin, omega, theta, max_
     a = np.empty((k, k))
     g, y, b, d, x = np.empty(k), np.empty(k), np.empty(k), np.empty(k), np.empty(k)
     passive = np.zeros(k, dtype=np.bool_)
-    chol, zq, wq = np.empty((k, k)), np.empty(k), np.empty(k)
+    chol, zq = np.empty((k, k)), np.empty(k)
     counts = np.zeros(3, dtype=np.int64)
     for j in range(c0, c1):
         for t in range(k):
@@ -489,7 +488,7 @@ def dense(kind, beta, f_t, fsum, v, xs, c0, c1, l1, l2, zmin, omega, theta, max_
         out_f[j] = column(
             kind, beta, f_t, vj, n, x, fsum, l1, l2, zmin, omega, theta, max_newton,
             max_sweeps, sweep_tol, step_tol, exact, z, d1, d2, iz, zb, u, wrk, a, g, y, b,
-            d, passive, chol, zq, wq, counts,
+            d, passive, chol, zq, counts,
         )  # fmt: skip
         for t in range(k):
             xs[j, t] = x[t]

@@ -78,12 +78,17 @@ class Regularization:
         """The penalty at W' (k x m) and H (k x d), a float."""
         if not self.active:
             return 0.0
+        return self.factor_value(wt, "W") + self.factor_value(h, "H")
+
+    def factor_value(self, x, side):
+        """One factor's penalty, l1 sum(x) + l2/2 ||x||^2 (``side`` "W" or "H"; x in
+        any orientation)."""
+        l1, l2 = (self.l1_w, self.l2_w) if side == "W" else (self.l1_h, self.l2_h)
         total = 0.0
-        for l1, l2, x in ((self.l1_w, self.l2_w, wt), (self.l1_h, self.l2_h, h)):
-            if l1:
-                total += l1 * float(x.sum(dtype="float64"))
-            if l2:
-                total += 0.5 * l2 * float((x.astype("float64") ** 2).sum())
+        if l1:
+            total += l1 * float(x.sum(dtype="float64"))
+        if l2:
+            total += 0.5 * l2 * float((x.astype("float64") ** 2).sum())
         return total
 
     def weights(self, factor):

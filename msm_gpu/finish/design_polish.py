@@ -23,8 +23,8 @@ from ..backends.cpu.threads import run_ranges, sweep_threads, thread_cap
 #: G = C'C (equilibrated) is polished from C above this condition number
 #: ||G||_1 ||G^{-1}||_1, or where G is numerically singular.  On Gaussian-peak libraries
 #: (300 x 60, noise 1e-3) the Gram form's answers stayed within 1e-13 of SciPy's F up to
-#: cond(G) ~ 3e16 and failed only where G's Cholesky factor did (docs/development.md,
-#: "Ill-conditioned designs"); the polish costs about a SciPy loop, so it runs only there.
+#: cond(G) ~ 3e16 and failed only where G's Cholesky factor did (the libraries of
+#: tests/test_ill_conditioned.py); the polish costs about a SciPy loop, so it runs only there.
 POLISH_COND = 1e15
 EPS = float(np.finfo(np.float64).eps)
 #: Reassociation lets LLVM vectorise the dot products of the QR and the gradient.

@@ -448,23 +448,11 @@ def _full_factor(G):
     return L
 
 
-def _inverse_for_schur(G, L_all):
-    """G^{-1}, whether its solves need refining and the most variables at 0 for the
-    Schur-complement solves, when G is positive definite with condition number
-    ||G||_1 ||G^{-1}||_1 <= :data:`SCHUR_MAX_COND` (else an empty array: no Schur phase);
-    refined above :data:`REFINE_COND`.
-
-    ``L_all`` is G's Cholesky factor (empty if G is not numerically positive definite).
-    The inverse is formed in Numba up to n = 128 and by LAPACK on one thread above: BLAS
-    threads left spinning after a call take the CPU the column threads need, and a
-    threaded LAPACK next to a busy neighbour is slow (docs/development.md, "The CPU
-    sweep's threads").
-    """
-    return _schur_settings(G.shape[0], *_inverse_and_condition(G, L_all))
-
-
 def _schur_settings(n, h, cond):
-    """What :func:`_inverse_for_schur` returns, from G^{-1} and G's condition number."""
+    """G^{-1}, whether its solves need refining and the most variables at 0 for the
+    Schur-complement solves, from G^{-1} and G's condition number ||G||_1 ||G^{-1}||_1
+    (:func:`_inverse_and_condition`): an empty array (no Schur phase) above
+    :data:`SCHUR_MAX_COND`; refined above :data:`REFINE_COND`."""
     if h is None or cond > SCHUR_MAX_COND:
         return np.zeros((0, 0)), False, 0
     return h, bool(cond > REFINE_COND), max(2, int(SCHUR_MAX_FRACTION * n))
@@ -472,7 +460,12 @@ def _schur_settings(n, h, cond):
 
 def _inverse_and_condition(G, L_all):
     """(G^{-1}, ||G||_1 ||G^{-1}||_1) from G's Cholesky factor ``L_all``; (None, inf) where G
-    is not numerically positive definite (``L_all`` empty)."""
+    is not numerically positive definite (``L_all`` empty).
+
+    The inverse is formed in Numba up to n = 128 and by LAPACK on one thread above: BLAS
+    threads left spinning after a call take the CPU the column threads need, and a
+    threaded LAPACK next to a busy neighbour is slow (docs/development.md, "The CPU
+    sweep's threads")."""
     import scipy.linalg
 
     n = G.shape[0]
