@@ -395,3 +395,22 @@ def test_unfinished_active_set_columns_are_never_worse_than_the_msm_iterate(monk
     np.testing.assert_array_equal(got[:, 1], X[:, 1])
     np.testing.assert_array_equal(got[:, [0, 2, 3, 4]], exact[:, [0, 2, 3, 4]])
     assert np.all(f(got) <= f(X) + 1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize(("omega", "theta"), [(1.0, 0.0), (1.2, 0.01)])
+def test_one_thread_half_step_is_the_sweep_states(dtype, omega, theta, monkeypatch):
+    # a half-step the CPU sweeps on one thread calls the compiled sweep directly; it must
+    # give the sweep state's iterates bit for bit (same kernel, same splitting)
+    rng = np.random.default_rng(3)
+    w = rng.random((60, 12)).astype(dtype)
+    g, p = w.T @ w, w.T @ rng.random((60, 40)).astype(dtype)
+    x0 = rng.random((12, 40)).astype(dtype)
+    cpu = backends.get_backend("cpu")
+    assert ns._one_thread_sweeps(g, x0)
+    opts = {"omega": omega, "theta": theta, "max_inner": 7, "inner_tol": 1e-3}
+    fast, n_fast = ns.msm_backend(cpu, g, p, x0.copy(), **opts)
+    monkeypatch.setattr(ns, "_one_thread_sweeps", lambda G, X: False)
+    slow, n_slow = ns.msm_backend(cpu, g, p, x0.copy(), **opts)
+    assert n_fast == n_slow and fast.dtype == slow.dtype
+    np.testing.assert_array_equal(fast, slow)

@@ -41,7 +41,7 @@ import math
 import numpy as np
 from numba import prange
 
-from ..arrays import is_cupy, namespace, to_host
+from ..arrays import aligned_copy, is_cupy, namespace, to_host
 from ..backends.cpu.jit import njit
 from ..backends.cpu.threads import blas_controller
 from ..finish.face_solves import block_pivoting
@@ -152,8 +152,60 @@ def msm_backend(backend, G, P, X, *, omega, theta, max_inner, inner_tol):
     X_new : (k, c) backend array
     n_inner : int
     """
+    if backend.on_host and _one_thread_sweeps(G, X):
+        return _msm_host_serial(G, P, X, omega, theta, max_inner, inner_tol)
     state = msm_state(backend, G, P, X, omega=omega, theta=theta)
     return _inner_sweeps(state, backend.xp, max_inner, inner_tol)
+
+
+def _one_thread_sweeps(G, X):
+    """Whether the CPU would sweep (*) on one thread with the BLAS-panel kernel (no tiles):
+    then :func:`_msm_host_serial` calls that kernel directly."""
+    from ..backends.cpu.threads import sweep_threads, thread_cap
+    from ..backends.cpu.tiles import use_tiles
+
+    k, c = X.shape
+    if use_tiles(k) or not (isinstance(G, np.ndarray) and isinstance(X, np.ndarray)):
+        return False
+    return sweep_threads(2.0 * k * k * c, c, thread_cap(None)) == 1
+
+
+def _splitting(g_diag, omega, theta):
+    """The splitting of (*) for a relative ``theta`` (see :func:`msm_backend`)."""
+    from ..solvers.splitting import guarded_theta, make_splitting, relative_theta
+
+    theta_abs = relative_theta(g_diag, theta)
+    return make_splitting(g_diag, omega, guarded_theta(g_diag, theta_abs), True, check=False)
+
+
+def _msm_host_serial(G, P, X, omega, theta, max_inner, inner_tol):
+    """:func:`msm_backend` for a half-step the CPU sweeps on one thread: the compiled
+    sweep called directly, without the sweep state (its thread plans, team and column
+    retirement cost more than the sweeps of a small NMF's half-step, k x k by c)."""
+    from ..backends.base import N_STATS, STAT_DIFF2, default_panel, fold_matrix
+    from ..backends.cpu.kernels import sweep_for
+    from ..backends.cpu.threads import serial_numba_blas
+
+    k, c = X.shape
+    g_diag = np.asarray(np.diagonal(G), dtype=np.float64)
+    splitting = _splitting(g_diag, omega, theta)
+    panel = default_panel(k)
+    afold = np.ascontiguousarray(fold_matrix(G, splitting.c_diag, panel))
+    b_diag = np.asarray(splitting.b_diag, dtype=G.dtype)
+    r = np.ascontiguousarray(-P, dtype=G.dtype)
+    y = aligned_copy(X, G.dtype)
+    stats = np.zeros((N_STATS, c), dtype=np.float64)
+    sweep = sweep_for(NonNeg.code)
+    table = _nonneg_table(k, G.dtype)
+    rule = InnerRule(inner_tol)
+    n_inner = 0
+    with serial_numba_blas():
+        while n_inner < max_inner:
+            sweep(afold, b_diag, table, r, y, 0, c, panel, stats, stats, False)
+            n_inner += 1
+            if rule.stop(float(stats[STAT_DIFF2].sum())):
+                break
+    return y, n_inner
 
 
 def msm_state(backend, G, P, X, *, omega, theta):
@@ -161,12 +213,10 @@ def msm_state(backend, G, P, X, *, omega, theta):
     ``state.sweep()`` (per-column statistics, ``STAT_DIFF2`` = squared step).  Used by the
     dask NMF (:mod:`msm_gpu.dask.nmf`), which needs every sweep's step norm."""
     from ..backends.base import default_panel
-    from ..solvers.splitting import guarded_theta, make_splitting, relative_theta
 
     k = X.shape[0]
     g_diag = np.asarray(to_host(backend.xp.diagonal(G)), dtype=np.float64)
-    theta_abs = relative_theta(g_diag, theta)
-    splitting = make_splitting(g_diag, omega, guarded_theta(g_diag, theta_abs), True, check=False)
+    splitting = _splitting(g_diag, omega, theta)
     return backend.start(
         G, -P, X, splitting, _nonneg_table(k, X.dtype), NonNeg.code, default_panel(k)
     )
