@@ -308,3 +308,39 @@ def test_extrapolation_warmup_returns_the_plain_points_first():
         assert point is not new
     # then max(new + 0.5 (new - old), 0)
     np.testing.assert_array_equal(ex.point(new, old), [[1.25, 2.5], [0.0, 0.0]])
+
+
+def _beta_div(Y, Z, beta):
+    if beta == 1.0:
+        return float(np.sum(Y * np.log(Y / Z) - Y + Z))
+    if beta == 0.0:
+        R = Y / Z
+        return float(np.sum(R - np.log(R) - 1.0))
+    return float(
+        np.sum(Y**beta + (beta - 1) * Z**beta - beta * Y * Z ** (beta - 1)) / (beta * (beta - 1))
+    )
+
+
+@pytest.mark.parametrize(
+    ("loss", "beta"), [("kullback-leibler", 1.0), ("itakura-saito", 0.0), (0.5, 0.5)]
+)
+def test_beta_losses_at_every_scale(loss, beta):
+    # scikit-learn's NNDSVDa fills its zeros with mean(Y): on Y * 1e5 the start was 1e4
+    # times Y and the Newton steps never recovered (Itakura-Saito: relative error 551,
+    # 8.9e8 at 1e20; beta = 0.5: 21 at 1e20).  The divergence, in Y's own units
+    # (d_beta(sY | sZ) = s^beta d_beta(Y | Z)), must not depend on the scale; on Y * 4^j
+    # the fit is the scale-1 fit scaled, exactly
+    rng = np.random.default_rng(0)
+    Y = rng.random((60, 40)) * (rng.random((60, 40)) < 0.6) + 1e-3
+    ref = mg.NMF(4, beta_loss=loss, random_state=0, max_iter=300)
+    W = ref.fit_transform(Y)
+    f_ref = _beta_div(Y, W @ ref.components_, beta)
+    for s in (1e-20, 1e5, 1e20):
+        model = mg.NMF(4, beta_loss=loss, random_state=0, max_iter=300)
+        Ws = model.fit_transform(Y * s)
+        f = _beta_div(Y * s, Ws @ model.components_, beta) / s**beta
+        assert abs(f - f_ref) <= 0.05 * f_ref, (s, f, f_ref)
+    model = mg.NMF(4, beta_loss=loss, random_state=0, max_iter=300)
+    Ws = model.fit_transform(Y * 4.0**10)
+    np.testing.assert_array_equal(Ws, W * 2.0**10)
+    np.testing.assert_array_equal(model.components_, ref.components_ * 2.0**10)

@@ -227,6 +227,12 @@ class NMF(FactorsMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseE
       iterate): ``fit_transform`` and ``transform`` agree to 1e-6 where the W-step is
       convex (Frobenius, KL, beta in [1, 2]); for beta outside [1, 2] each may end at
       another local minimum of its nonconvex W-step (as scikit-learn's may).
+    * Losses other than Frobenius (and ``solver="mu"``) start from scikit-learn's init
+      of Y / 4^j (j such that max(Y) / 4^j is in [1/4, 4)), scaled back: the same start
+      where Y is of order one, and a start that scales with Y elsewhere.  Its NNDSVDa
+      fills zeros with mean(Y), not with a factor's scale, so on Y * 1e5 its start was
+      1e4 times Y, from which the Newton steps of Itakura-Saito and beta = 0.5 did not
+      recover.
     * A custom ``W``/``H`` of another dtype is cast to Y's (scikit-learn raises
       TypeError).
     * ``shuffle`` (scikit-learn's cd) has no counterpart.

@@ -642,10 +642,12 @@ def prepare(Y, params, W=None, H=None):
     return Y, data, backend, W0, H0
 
 
-def start_factors(Y, scaled, params, k, backend, dtype, exponent, W=None, H=None):
+def start_factors(
+    Y, scaled, params, k, backend, dtype, exponent, W=None, H=None, *, from_scaled=False
+):
     """(W0, H0) on the backend in ``dtype`` and in the units of Y / 2^e: the user's
     (``init="custom"``, checked) or scikit-learn's init for Y (``scaled`` = Y / 2^e is
-    used where Y's own scale would under- or overflow)."""
+    used where Y's own scale would under- or overflow, and with ``from_scaled``)."""
     m, d = Y.shape
     if params["init"] == "custom":
         half = 2.0 ** (-(exponent // 2))
@@ -656,7 +658,7 @@ def start_factors(Y, scaled, params, k, backend, dtype, exponent, W=None, H=None
         warn_factors_ignored(stacklevel=6)
     # scikit-learn's factors for Y (its NNDSVD zeroes entries below an absolute 1e-6, so
     # they are not those of Y / 2^e rescaled), divided by 2^(e/2)
-    source = Y if abs(exponent) <= INIT_MAX_EXPONENT else scaled
+    source = Y if abs(exponent) <= INIT_MAX_EXPONENT and not from_scaled else scaled
     W0, H0 = nmf_init.initialize(source, k, params["init"], params["random_state"])
     if source is Y:
         W0, H0 = (_unscaled(x, exponent) for x in (W0, H0))
