@@ -328,7 +328,10 @@ def check_x0(x0, r_shape):
         return None
     x0 = check_array(x0, "x0")
     if tuple(x0.shape) != tuple(r_shape):
-        raise ValueError(f"x0 must have the shape of R {tuple(r_shape)}, got {tuple(x0.shape)}")
+        raise ValueError(
+            f"x0 must have the shape of the solution {tuple(r_shape)} (one row per unknown, "
+            f"one column per right-hand side), got {tuple(x0.shape)}"
+        )
     return x0
 
 
