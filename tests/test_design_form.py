@@ -216,3 +216,21 @@ def test_end_of_run_products_on_a_sparse_c_match_the_gram_form(penalty):
     np.testing.assert_allclose(kkt, kkt_ref[[0, 2, 3]], rtol=1e-10)
     np.testing.assert_allclose(_kkt_design(c, d, norms, x, penalty), kkt_ref, rtol=1e-10)
     np.testing.assert_allclose(_kkt_design(dense, d, norms, x, penalty), kkt_ref, rtol=1e-10)
+
+
+def test_objective_blocks_give_the_same_f(monkeypatch):
+    # F from the residual is formed a block of D's columns at a time: cache-sized blocks
+    # where C is small, memory-bounded ones otherwise; the block size changes nothing
+    from msm_gpu._input import design as design_module
+
+    assert design_module._block_columns(200, 20) == design_module.CACHE_BLOCK_ENTRIES // 200
+    assert design_module._block_columns(10_000, 100) == design_module.BLOCK_ENTRIES // 10_000
+    rng = np.random.default_rng(0)
+    c, d = rng.random((50, 10)), rng.random((50, 300))
+    ref = mg.nnls(c, d)
+    monkeypatch.setattr(design_module, "CACHE_BLOCK_ENTRIES", 50 * 10)  # 10 columns a block
+    res = mg.nnls(c, d)
+    np.testing.assert_array_equal(res.x, ref.x)
+    assert res.fun == pytest.approx(ref.fun, rel=1e-14)
+    f = 0.5 * np.sum((c @ res.x - d) ** 2)
+    assert res.fun == pytest.approx(f, rel=1e-12)

@@ -20,6 +20,17 @@ from ..arrays import ArrayKind, module_of, to_host
 
 #: Entries (m x columns) of the residual formed at a time: bounds the extra memory.
 BLOCK_ENTRIES = 1 << 22
+#: ... and where C itself is small (at most this many entries: it stays in cache whatever
+#: the block), blocks of this many entries, so that C x - D and its squares are formed
+#: and summed in cache rather than streamed through memory three times (unmixing,
+#: C 200 x 20 and 1e5 columns, side by side: the whole nnls call 0.238 -> 0.217 s).
+CACHE_BLOCK_ENTRIES = 1 << 16
+
+
+def _block_columns(m, n):
+    """Columns of D whose residual is formed at a time, for C (m, n)."""
+    entries = CACHE_BLOCK_ENTRIES if m * n <= CACHE_BLOCK_ENTRIES else BLOCK_ENTRIES
+    return max(1, entries // max(m, 1))
 
 
 @dataclass(frozen=True)
@@ -91,7 +102,7 @@ class Design:
         res_sq = xp.empty((k,), dtype=xp.float64)
         d_sq = xp.empty((k,), dtype=xp.float64)
         c64 = self._c64
-        step = max(1, BLOCK_ENTRIES // max(self.c.shape[0], 1))
+        step = _block_columns(*self.c.shape)
         zero = not bool(xp.any(x64 != 0))
         cols = self._own_columns(cols)
         for start in range(0, k, step):
@@ -112,7 +123,7 @@ class Design:
             d_sq = xp.asarray(d_sq, dtype=xp.float64)
         else:
             d_sq = xp.empty((k,), dtype=xp.float64)
-            step = max(1, BLOCK_ENTRIES // max(self.c.shape[0], 1))
+            step = _block_columns(*self.c.shape)
             for start in range(0, k, step):
                 stop = min(start + step, k)
                 d_sq[start:stop] = self._squares(xp, None, start, stop, cols)[1]
