@@ -22,7 +22,7 @@ import numpy as np
 from ..penalties import NonNeg
 from ..result import SolveResult
 from ..solvers.nnls_columns import nnls_active_set
-from .design_polish import MAX_FACE_SOLVES, POLISH_COND, _lawson_hanson_qr, _QrWork
+from .design_polish import MAX_FACE_SOLVES, POLISH_COND, _polish_range
 from .objective import kkt_residual_from
 
 #: Most entries of C taken here (beyond, the solve is most of the call's time anyway).
@@ -78,9 +78,13 @@ def try_small_nnls(C, d, tol):
     x = x[:, 0]
     set_up = time.perf_counter()
     if stats["cond"] > POLISH_COND:
+        # the polish of the general road, kept where F drops; unfinished: the general road
         max_solves = MAX_FACE_SOLVES[0] * n + MAX_FACE_SOLVES[1]
-        if not _lawson_hanson_qr(c, norms, d, x, _QrWork(m, n), np.empty(m), max_solves):
+        xf, flags = np.asfortranarray(x[:, None]), np.zeros((2, 1), dtype=np.bool_)
+        _polish_range(c, norms, d[:, None], xf, 0, 1, max_solves, flags[0], flags[1])
+        if flags[1, 0]:
             return None
+        x = xf[:, 0]
     cx = c @ x
     residual = cx - d
     fun = 0.5 * float(residual @ residual)
