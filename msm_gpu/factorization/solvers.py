@@ -180,31 +180,32 @@ def _splitting(g_diag, omega, theta):
 
 def _msm_host_serial(G, P, X, omega, theta, max_inner, inner_tol):
     """:func:`msm_backend` for a half-step the CPU sweeps on one thread: the compiled
-    sweep called directly, without the sweep state (its thread plans, team and column
-    retirement cost more than the sweeps of a small NMF's half-step, k x k by c)."""
-    from ..backends.base import N_STATS, STAT_DIFF2, default_panel, fold_matrix
-    from ..backends.cpu.kernels import sweep_for
+    sweeps and the inner rule in one call (:mod:`.serial_sweeps`), without the sweep state
+    (its thread plans, team and column retirement cost more than the sweeps of a small
+    NMF's half-step, k x k by c)."""
+    from ..backends.base import N_STATS, default_panel, fold_matrix
     from ..backends.cpu.threads import serial_numba_blas
+    from ..solvers.splitting import b_diagonal, guarded_theta, relative_theta
+    from .serial_sweeps import box_sweeps
 
     k, c = X.shape
-    g_diag = np.asarray(np.diagonal(G), dtype=np.float64)
-    splitting = _splitting(g_diag, omega, theta)
+    g_diag = np.diagonal(G).astype(np.float64)
+    # the splitting of :func:`_splitting` (the same numbers), without the Splitting and
+    # its convergence delta: a small half-step's sweeps take tens of microseconds
+    theta_abs = guarded_theta(g_diag, relative_theta(g_diag, theta))
+    b_diag = b_diagonal(g_diag, omega, theta_abs)
+    if not np.all(b_diag > 0):  # make_splitting's error
+        b_diag = _splitting(g_diag, omega, theta).b_diag
     panel = default_panel(k)
-    afold = np.ascontiguousarray(fold_matrix(G, splitting.c_diag, panel))
-    b_diag = np.asarray(splitting.b_diag, dtype=G.dtype)
+    afold = fold_matrix(G, g_diag - b_diag, panel)
     r = np.ascontiguousarray(-P, dtype=G.dtype)
     y = aligned_copy(X, G.dtype)
-    stats = np.zeros((N_STATS, c), dtype=np.float64)
-    sweep = sweep_for(NonNeg.code)
+    stats = np.empty((N_STATS, c), dtype=np.float64)  # zeroed by every sweep
     table = _nonneg_table(k, G.dtype)
-    rule = InnerRule(inner_tol)
-    n_inner = 0
+    b_diag = b_diag.astype(G.dtype)
+    tol2 = float(inner_tol) ** 2
     with serial_numba_blas():
-        while n_inner < max_inner:
-            sweep(afold, b_diag, table, r, y, 0, c, panel, stats, stats, False)
-            n_inner += 1
-            if rule.stop(float(stats[STAT_DIFF2].sum())):
-                break
+        n_inner = box_sweeps(afold, b_diag, table, r, y, panel, stats, max_inner, tol2)
     return y, n_inner
 
 
