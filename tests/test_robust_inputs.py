@@ -592,6 +592,34 @@ def test_scaled_dense_copy_is_the_cast_then_the_power_of_two(source, dtype, orde
     np.testing.assert_array_equal(x, before)
 
 
+@pytest.mark.parametrize("source", [np.float64, np.float32, np.int64])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", [(40, 30), (130, 70), (1, 9), (9, 1), (65, 129)])
+def test_column_major_scaled_copy_of_a_row_major_array(source, dtype, shape):
+    # order="F" of a C-ordered x (the design form's copy of C; float x turns in blocks):
+    # the bits of the cast copy times 2^e, column-major, x untouched, the edges of the
+    # blocks included (shapes that are not multiples of the block)
+    from msm_gpu._input.scaling import scaled_dense_copy
+    from msm_gpu.backends import get_backend
+
+    be = get_backend("cpu")
+    rng = np.random.default_rng(2)
+    x = np.asarray(rng.standard_normal(shape) * np.exp(rng.uniform(-30, 30, shape)), dtype=source)
+    if source is not np.int64:
+        x.flat[:2] = [np.finfo(source).tiny, -np.finfo(source).max]
+    before = x.copy()
+    with np.errstate(over="ignore", under="ignore"):
+        for e in (-1100, -1060, -200, -149, -130, -3, 0, 5, 127, 200, 1100):
+            got = scaled_dense_copy(be, x, dtype, e, order="F")
+            want = np.ldexp(np.asarray(x, dtype=dtype), e)
+            assert got.dtype == dtype and not np.shares_memory(got, x)
+            info = np.finfo(dtype)
+            if info.minexp - info.nmant <= e < info.maxexp:  # 2^e a number of dtype
+                assert got.flags.f_contiguous
+            np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(x, before)
+
+
 @pytest.mark.parametrize("fmt", ["csr", "csc"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_scaled_sparse_copy_is_the_cast_then_the_power_of_two(fmt, dtype):
