@@ -234,3 +234,26 @@ def test_objective_blocks_give_the_same_f(monkeypatch):
     assert res.fun == pytest.approx(ref.fun, rel=1e-14)
     f = 0.5 * np.sum((c @ res.x - d) ** 2)
     assert res.fun == pytest.approx(f, rel=1e-12)
+
+
+@pytest.mark.parametrize("nonzeros", [3, 80])
+def test_kkt_from_one_pass_over_c_is_blas_s(nonzeros):
+    # one right-hand side: C x from the columns where x is nonzero, and C'(C x), C'd in
+    # one pass over an F-ordered C; the same numbers (to rounding) as the BLAS products
+    # of a C-ordered C
+    from msm_gpu.finish import design_form as df
+
+    rng = np.random.default_rng(5)
+    c = rng.standard_normal((50, 80))
+    d = rng.standard_normal((50, 1))
+    x = np.zeros((80, 1))
+    x[rng.choice(80, nonzeros, replace=False), 0] = rng.uniform(0.5, 2.0, nonzeros)
+    norms = np.einsum("ij,ij->j", c, c)
+    cf, cc = np.asfortranarray(c), np.ascontiguousarray(c)
+    np.testing.assert_allclose(df._times(cf, x), c @ x, rtol=1e-13, atol=1e-13)
+    for penalty in (mg.NonNeg(), mg.L1(0.3)):
+        one_pass = df._kkt_design(cf, d, norms, x, penalty)
+        blas = df._kkt_design(cc, d, norms, x, penalty)
+        g = c.T @ (c @ x - d)  # the residual from its definition: nonzero at this x
+        assert one_pass[0] > 1e-3 and np.all(np.isfinite(g))
+        np.testing.assert_allclose(one_pass, blas, rtol=1e-12)

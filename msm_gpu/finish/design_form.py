@@ -65,6 +65,10 @@ GRAM_FACTOR_MIN_GROWTH = 256
 #: would be a dense n x n array (32 MB at n = 2048).
 SPARSE_GRAM_MAX_N = 2048
 
+#: C x of a dense C reads only the columns where x has a nonzero row when fewer than
+#: one in SPARSE_X_SHARE rows of x has one (the design form's answers are sparse).
+SPARSE_X_SHARE = 4
+
 
 def check_representation(representation):
     """Validate ``representation``: "auto", "gram" or "design"."""
@@ -433,6 +437,9 @@ def _times(c, x):
     """C x (host, float64); for a sparse C only the columns where x has a nonzero row (the
     design form's x is sparse too)."""
     if not is_sparse(c):
+        rows = np.flatnonzero(np.any(x != 0, axis=1))
+        if SPARSE_X_SHARE * rows.size < x.shape[0]:  # the columns of C x reads, alone
+            return np.asarray(c[:, rows] @ x[rows])
         return np.asarray(c @ x)
     cx = np.zeros((c.shape[0], x.shape[1]))
     _csc_times(c.indptr, c.indices, c.data, np.ascontiguousarray(x), cx)
@@ -445,6 +452,11 @@ def _kkt_from_cx(c, cx, d, norms, x, penalty):
         ax, ctd = np.empty(x.shape), np.empty(x.shape)
         u, v = (np.ascontiguousarray(w, dtype=np.float64) for w in (cx, d))
         _csc_dots(c.indptr, c.indices, c.data, u, v, ax, ctd)
+    elif x.shape[1] == 1 and c.flags.f_contiguous and c.dtype == np.float64:
+        # one right-hand side: C'(C x) and C'd in one pass over C (two GEMVs read it twice)
+        ax, ctd = np.empty(x.shape), np.empty(x.shape)
+        u, v = (np.ascontiguousarray(w[:, 0], dtype=np.float64) for w in (cx, d))
+        _dense_dots(c.T, u, v, ax[:, 0], ctd[:, 0])
     else:
         # two thin products, not one with 2k columns: BLAS packs a GEMM's operands (a
         # GEMV per column is several times faster for k = 1)
@@ -465,6 +477,22 @@ def _csc_times(indptr, indices, data, x, out):
                 i, v = indices[p], data[p]
                 for col in range(k):
                     out[i, col] += v * x[j, col]
+
+
+@njit(nogil=True, fastmath={"reassoc"})  # reassociation: vectorised sums
+def _dense_dots(ct, u, v, out_u, out_v):
+    """out_u[j] = c_j'u and out_v[j] = c_j'v for every row c_j of ``ct`` (C', C-ordered:
+    C's columns contiguous), reading each once."""
+    n, m = ct.shape
+    for j in range(n):
+        row = ct[j]
+        su = 0.0
+        sv = 0.0
+        for i in range(m):
+            su += row[i] * u[i]
+            sv += row[i] * v[i]
+        out_u[j] = su
+        out_v[j] = sv
 
 
 @njit(nogil=True)
