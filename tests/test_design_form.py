@@ -257,3 +257,24 @@ def test_kkt_from_one_pass_over_c_is_blas_s(nonzeros):
         g = c.T @ (c @ x - d)  # the residual from its definition: nonzero at this x
         assert one_pass[0] > 1e-3 and np.all(np.isfinite(g))
         np.testing.assert_allclose(one_pass, blas, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "penalty", [mg.NonNeg(), mg.L1(0.3), mg.Box(-1.0, 2.0), mg.NonNegL1(0.5), mg.Box(0.5, 0.5)]
+)
+def test_faces_of_a_scalar_penalty_built_once_are_each_faces_own(penalty):
+    # scalar bounds and weight: the one-row tables are kept between calls; each Faces
+    # gets the tables a per-row build gives, in arrays of its own
+    from msm_gpu.finish.faces import Faces, _row_tables
+
+    n = 7
+    lam = getattr(penalty, "lam", 0.0)
+    per_row = _row_tables(*(np.full(n, float(v)) for v in (penalty.lb, penalty.ub, lam)))
+    first, second = Faces(np, penalty, n), Faces(np, penalty, n)
+    assert first.stacked.shape[1] == 1  # one row for all
+    np.testing.assert_array_equal(np.broadcast_to(first.stacked, per_row[2].shape), per_row[2])
+    np.testing.assert_array_equal(first.pts, per_row[0][:1, :3])
+    assert not np.shares_memory(first.stacked, second.stacked)
+    first.stacked[...] = np.nan
+    assert not np.any(np.isnan(second.stacked))
+    np.testing.assert_array_equal(Faces(np, penalty, n).stacked, second.stacked)

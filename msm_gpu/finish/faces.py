@@ -9,7 +9,7 @@ lb < 0 < ub) and ub_j (if finite).  A variable is either *fixed* at one of these
 from __future__ import annotations
 
 import math
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -28,6 +28,51 @@ def _times_rows(table, factor):
 
 #: The per-state tables of :class:`Faces`, in the order of :attr:`Faces.stacked`.
 TABLE_NAMES = ("lo", "hi", "value", "sigma", "left", "right")
+
+
+def _row_tables(lb, ub, lam):
+    """(pts (n, 4), slope (n, 3), stacked (6, n, 5), free (n, 5)) of :class:`Faces` for
+    the bounds and l1 weights of n rows (1-D float64 arrays)."""
+    inf = math.inf
+    n = lb.shape[0]
+    split = (lam > 0) & (lb < 0) & (ub > 0)
+    pts = np.full((n, 4), inf)  # points 0..2, padded with +inf
+    pts[:, 0] = lb
+    pts[:, 1] = np.where(split, 0.0, ub)
+    pts[:, 2] = np.where(split, ub, inf)
+    n_pts = np.where(split, 3, 2)
+    # slope of piece i (between points i and i + 1)
+    one_piece = np.where(lb >= 0, lam, np.where(ub <= 0, -lam, 0.0))
+    slope = np.zeros((n, 3))
+    slope[:, 0] = np.where(split, -lam, one_piece)
+    slope[:, 1] = np.where(split, lam, 0.0)
+    # per state q = 0..4: i = q // 2; the six tables are views of one array, which the
+    # host's active set takes as it is (no stacking copy: 24 MB at n = 1e5)
+    stacked = np.zeros((len(TABLE_NAMES), n, 5))
+    tab = dict(zip(TABLE_NAMES, stacked, strict=True))
+    free = np.zeros((n, 5), dtype=bool)
+    for q in range(5):
+        i = q // 2
+        if q % 2:  # free on piece i
+            free[:, q] = True
+            tab["lo"][:, q] = pts[:, i]
+            tab["hi"][:, q] = pts[:, i + 1]
+            tab["sigma"][:, q] = slope[:, i]
+        else:  # fixed at point i; +-inf slopes where no (or an empty) piece is there
+            tab["lo"][:, q] = tab["hi"][:, q] = tab["value"][:, q] = pts[:, i]
+            tab["left"][:, q] = slope[:, i - 1] if i >= 1 else -inf
+            has_right = (i + 1 < n_pts) & (pts[:, i + 1] > pts[:, i])
+            tab["right"][:, q] = np.where(has_right, slope[:, min(i, 2)], inf)
+    tab["value"][~np.isfinite(tab["value"])] = 0.0
+    return pts, slope, stacked, free
+
+
+@lru_cache(maxsize=64)
+def _one_row_tables(lb, ub, lam):
+    """:func:`_row_tables` of one row (scalar bounds and weight: every row alike), kept:
+    their dozens of small NumPy calls were a tenth of a small design-form solve.  The
+    caller copies them, so that a Faces' arrays are its own."""
+    return _row_tables(np.array([lb]), np.array([ub]), np.array([lam]))
 
 
 class Faces:
@@ -56,7 +101,6 @@ class Faces:
         if penalty.code not in (CODE_BOX, CODE_L1):
             raise ValueError(f"Faces needs a convex piecewise-linear penalty, got {penalty!r}")
         penalty.check_rows(n)  # a ValueError naming n
-        inf = math.inf
         n_rows = n
         lb, ub = (np.asarray(v, dtype=np.float64) for v in (penalty.lb, penalty.ub))
         # lam: a scalar or one per row (e.g. an unpenalised intercept)
@@ -64,35 +108,11 @@ class Faces:
         # scalar bounds and weight: every row alike, the tables of one row (not n of them)
         n = 1 if lb.ndim == ub.ndim == lam.ndim == 0 else n
         lb, ub, lam = (np.broadcast_to(v, (n,)) for v in (lb, ub, lam))
-        split = (lam > 0) & (lb < 0) & (ub > 0)
-        pts = np.full((n, 4), inf)  # points 0..2, padded with +inf
-        pts[:, 0] = lb
-        pts[:, 1] = np.where(split, 0.0, ub)
-        pts[:, 2] = np.where(split, ub, inf)
-        n_pts = np.where(split, 3, 2)
-        # slope of piece i (between points i and i + 1)
-        one_piece = np.where(lb >= 0, lam, np.where(ub <= 0, -lam, 0.0))
-        slope = np.zeros((n, 3))
-        slope[:, 0] = np.where(split, -lam, one_piece)
-        slope[:, 1] = np.where(split, lam, 0.0)
-        # per state q = 0..4: i = q // 2; the six tables are views of one array, which the
-        # host's active set takes as it is (no stacking copy: 24 MB at n = 1e5)
-        stacked = np.zeros((len(TABLE_NAMES), n, 5))
-        tab = dict(zip(TABLE_NAMES, stacked, strict=True))
-        free = np.zeros((n, 5), dtype=bool)
-        for q in range(5):
-            i = q // 2
-            if q % 2:  # free on piece i
-                free[:, q] = True
-                tab["lo"][:, q] = pts[:, i]
-                tab["hi"][:, q] = pts[:, i + 1]
-                tab["sigma"][:, q] = slope[:, i]
-            else:  # fixed at point i; +-inf slopes where no (or an empty) piece is there
-                tab["lo"][:, q] = tab["hi"][:, q] = tab["value"][:, q] = pts[:, i]
-                tab["left"][:, q] = slope[:, i - 1] if i >= 1 else -inf
-                has_right = (i + 1 < n_pts) & (pts[:, i + 1] > pts[:, i])
-                tab["right"][:, q] = np.where(has_right, slope[:, min(i, 2)], inf)
-        tab["value"][~np.isfinite(tab["value"])] = 0.0
+        if n == 1:  # one row for all: built once per (lb, ub, lam), copied (small)
+            tables = _one_row_tables(float(lb[0]), float(ub[0]), float(lam[0]))
+            pts, slope, stacked, free = (t.copy() for t in tables)
+        else:
+            pts, slope, stacked, free = _row_tables(lb, ub, lam)
         self.xp = xp
         if row_scale is None:
             scale = np.ones((2, 1))
