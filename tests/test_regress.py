@@ -120,3 +120,16 @@ def test_the_readme_table_is_the_one_the_saved_json_renders():
         "python benchmarks/regress.py --render"
     )
     assert regress.render_docs_page(write=False) == regress.DOCS_PAGE.read_text()
+
+
+def test_time_to_reference_reads_the_run_s_history():
+    # the first iteration within 1e-3 of the reference (or below it), plus the fit's time
+    # outside its loop; inf where no iteration got there
+    import bench_nmf_beta
+
+    history = [(0.0, 10.0), (0.1, 5.0), (0.2, 2.0015), (0.3, 1.5), (0.4, 1.4)]
+    wall = 0.45  # 0.05 s outside the loop
+    assert bench_nmf_beta.time_to_reference(history, wall, 2.0) == pytest.approx(0.25)
+    assert bench_nmf_beta.time_to_reference(history, wall, 1.5) == pytest.approx(0.35)
+    assert bench_nmf_beta.time_to_reference(history, wall, 20.0) == pytest.approx(0.05)
+    assert bench_nmf_beta.time_to_reference(history, wall, 1.0) == math.inf
