@@ -195,3 +195,57 @@ def _schur_of(g):
     """The Schur settings nnls_active_set derives from G (inverse, refine, most at 0)."""
     h, cond = nnls_columns._inverse_and_condition(g, nnls_columns._full_factor(g))
     return nnls_columns._schur_settings(g.shape[0], h, cond)
+
+
+@pytest.mark.parametrize("keep", [0.2, 0.02, 1.0, 0.0])
+def test_starts_with_most_variables_at_zero_match_scipy(rng, keep):
+    # a start with more variables at 0 than the Schur phase takes (the design form's
+    # iterate handed to the Gram form) first frees the variables whose gradient points
+    # into the orthant; the answer is SciPy's from any start
+    n = 150  # above LAPACK_MIN_N: the factor and the inverse from LAPACK
+    c = np.abs(rng.normal(size=(200, n)))
+    x_true = np.abs(rng.normal(size=(n, 3))) * (rng.uniform(size=(n, 3)) < 0.9)
+    d = c @ x_true + 1e-3 * rng.normal(size=(200, 3))
+    ref = scipy_columns(c, d)
+    x0 = ref * (rng.uniform(size=ref.shape) < keep)
+    x, ok, _ = nnls_active_set(c.T @ c, c.T @ d, x0)
+    assert ok.all()
+    np.testing.assert_allclose(x, ref, atol=1e-9 * np.abs(ref).max())
+
+
+def test_join_violators_of_start_frees_exactly_the_descent_directions(rng):
+    n = 40
+    c = rng.normal(size=(60, n))
+    g, p = c.T @ c, c.T @ rng.normal(size=60)
+    x = np.zeros(n)
+    x[:5] = 1.0
+    free = x > 0
+    grad = g @ x - p
+    want = free | (-grad > 1e-12 * (np.abs(g).max() + np.abs(p).max()))
+    got = free.copy()
+    nnls_columns._join_violators_of_start(
+        g, p, x.copy(), got, 1e-12, np.abs(g).max(), np.abs(p).max(), 10
+    )
+    np.testing.assert_array_equal(got, want)
+    assert want.sum() > 5  # some joined
+    for max_k, start in ((n - 5, x), (10, np.zeros(n))):  # few enough at 0; all at 0
+        kept = start > 0
+        nnls_columns._join_violators_of_start(g, p, start, kept, 1e-12, 1.0, 1.0, max_k)
+        np.testing.assert_array_equal(kept, start > 0)
+
+
+@pytest.mark.parametrize("n", [60, 300])
+def test_full_factor_and_inverse_from_numba_and_lapack(rng, n):
+    # up to LAPACK_MIN_N from Numba, above from LAPACK: the same factor, inverse and
+    # 1-norm condition number (NumPy's as the reference); a singular G has no factor
+    c = rng.normal(size=(n + 40, n))
+    g = c.T @ c
+    factor = nnls_columns._full_factor(g)
+    assert factor.flags.c_contiguous and not np.any(np.triu(factor, 1))
+    np.testing.assert_allclose(factor, np.linalg.cholesky(g), rtol=1e-10, atol=1e-12)
+    h, cond = nnls_columns._inverse_and_condition(g, factor)
+    assert h.flags.c_contiguous
+    np.testing.assert_allclose(h, np.linalg.inv(g), rtol=1e-9, atol=1e-12 * np.abs(h).max())
+    assert cond == pytest.approx(np.linalg.cond(g, 1), rel=1e-8)
+    singular = np.hstack([c[:, :-1], c[:, :1]])
+    assert nnls_columns._full_factor(singular.T @ singular).shape == (0, 0)

@@ -56,6 +56,9 @@ REFINE_COND = 1e4
 
 #: Relative size (to G_jj) below which a Cholesky pivot counts as zero.
 PIVOT_TOL = 1e-13
+#: Above this n the full factor (and the inverse) of G come from LAPACK on one thread;
+#: up to it from Numba (no thread-limit or call overhead on a small G).
+LAPACK_MIN_N = 128
 #: Zero-length steps a column may take with block joins; after them one variable joins at a
 #: time (Lawson & Hanson's rule, which cannot cycle).
 ZERO_STEPS = 3
@@ -196,6 +199,7 @@ def _schur_phase(
     n = G.shape[0]
     for i in range(n):
         u[i] = _dot(H, i, p)
+    _join_violators_of_start(G, p, x, free, tol, g_max, p_max, max_k)
     it = 0
     single = False
     zero_steps = 0
@@ -261,6 +265,29 @@ def _schur_phase(
             free[best] = True
         single = False
     return False, it
+
+
+@njit(nogil=True, fastmath=FAST)
+def _join_violators_of_start(G, p, x, free, tol, g_max, p_max, max_k):
+    """A start with more than ``max_k`` (but not all) variables at 0 -- the design form's
+    iterate handed to the Gram form, say -- frees every variable at 0 whose gradient
+    points into the orthant (a block join at x, as the iterations make them): the face
+    then holds x, the step from x towards its solution lowers F, and with few enough
+    variables left at 0 the face is solved by the Schur complement rather than by a
+    factor grown a row at a time."""
+    n = G.shape[0]
+    k = 0
+    x_max = 0.0
+    for i in range(n):
+        if not free[i]:
+            k += 1
+        x_max = max(x_max, x[i])
+    if k <= max_k or k == n:
+        return
+    eps = tol * (g_max * x_max + p_max)
+    for i in range(n):
+        if not free[i] and p[i] - _dot(G, i, x) > eps:
+            free[i] = True
 
 
 @njit(nogil=True, fastmath=FAST)
@@ -442,10 +469,24 @@ def _full_factor(G):
     the factor of the face "every variable free", which most columns of nonnegative data
     take first (p > 0)."""
     n = G.shape[0]
-    L = np.zeros((n, n))
-    if _factor_rows(G, np.arange(n), 0, n, L) >= 0:
+    if n <= LAPACK_MIN_N:
+        L = np.zeros((n, n))
+        if _factor_rows(G, np.arange(n), 0, n, L) >= 0:
+            return np.zeros((0, 0))
+        return L
+    import scipy.linalg
+
+    from ..backends.cpu.threads import blas_controller
+
+    # LAPACK on one thread (as the inverse below): the upper factor of G' (G's memory in
+    # Fortran order, symmetric G) is L' in Fortran order, i.e. L row-major
+    with blas_controller().limit(limits=1, user_api="blas"):
+        upper, info = scipy.linalg.lapack.dpotrf(G.T, lower=0, clean=1)
+    L = upper.T
+    pivots = np.diagonal(L) ** 2  # _factor_rows' test of every pivot
+    if info != 0 or not np.all(pivots > PIVOT_TOL * np.diagonal(G)):
         return np.zeros((0, 0))
-    return L
+    return np.ascontiguousarray(L)
 
 
 def _schur_settings(n, h, cond):
@@ -471,19 +512,42 @@ def _inverse_and_condition(G, L_all):
     n = G.shape[0]
     if n == 0 or L_all.shape[0] != n:
         return None, np.inf
-    if n <= 128:
+    if n <= LAPACK_MIN_N:
         h = _inverse_from_factor(L_all)
     else:
         from ..backends.cpu.threads import blas_controller
 
+        # L row-major is the upper factor L' in Fortran order (no transposing copy); the
+        # inverse's upper triangle in Fortran order is its lower one row-major
         with blas_controller().limit(limits=1, user_api="blas"):
-            inv, info = scipy.linalg.lapack.dpotri(L_all, lower=1)
+            inv, info = scipy.linalg.lapack.dpotri(L_all.T, lower=0)
         if info != 0:
             return None, np.inf
-        lower = np.tril(inv)
-        h = np.ascontiguousarray(lower + np.tril(lower, -1).T)
-    cond = float(np.abs(G).sum(axis=0).max() * np.abs(h).sum(axis=0).max())
+        h = inv.T
+        _mirror_lower(h)
+    cond = _max_row_abs_sum(G) * _max_row_abs_sum(h)  # 1-norms of symmetric matrices
     return h, cond if np.isfinite(cond) else np.inf
+
+
+@njit(nogil=True)
+def _mirror_lower(h):
+    """h's strictly upper triangle from its lower one, in place (h row-major)."""
+    n = h.shape[0]
+    for i in range(n):
+        for j in range(i):
+            h[j, i] = h[i, j]
+
+
+@njit(nogil=True, fastmath=FAST)
+def _max_row_abs_sum(a):
+    """max_i sum_j |a_ij| (no |a| temporary)."""
+    top = 0.0
+    for i in range(a.shape[0]):
+        acc = 0.0
+        for j in range(a.shape[1]):
+            acc += abs(a[i, j])
+        top = max(top, acc)
+    return top
 
 
 @njit(nogil=True, fastmath=FAST)
