@@ -503,10 +503,10 @@ def _inverse_and_condition(G, L_all):
     """(G^{-1}, ||G||_1 ||G^{-1}||_1) from G's Cholesky factor ``L_all``; (None, inf) where G
     is not numerically positive definite (``L_all`` empty).
 
-    The inverse is formed in Numba up to n = 128 and by LAPACK on one thread above: BLAS
-    threads left spinning after a call take the CPU the column threads need, and a
-    threaded LAPACK next to a busy neighbour is slow (docs/development.md, "The CPU
-    sweep's threads")."""
+    The inverse is formed in Numba up to n = 128 (the norms by NumPy: no kernel to load
+    on a first call) and by LAPACK on one thread above: BLAS threads left spinning after
+    a call take the CPU the column threads need, and a threaded LAPACK next to a busy
+    neighbour is slow (docs/development.md, "The CPU sweep's threads")."""
     import scipy.linalg
 
     n = G.shape[0]
@@ -514,17 +514,18 @@ def _inverse_and_condition(G, L_all):
         return None, np.inf
     if n <= LAPACK_MIN_N:
         h = _inverse_from_factor(L_all)
-    else:
-        from ..backends.cpu.threads import blas_controller
+        cond = float(np.abs(G).sum(axis=0).max() * np.abs(h).sum(axis=0).max())
+        return h, cond if np.isfinite(cond) else np.inf
+    from ..backends.cpu.threads import blas_controller
 
-        # L row-major is the upper factor L' in Fortran order (no transposing copy); the
-        # inverse's upper triangle in Fortran order is its lower one row-major
-        with blas_controller().limit(limits=1, user_api="blas"):
-            inv, info = scipy.linalg.lapack.dpotri(L_all.T, lower=0)
-        if info != 0:
-            return None, np.inf
-        h = inv.T
-        _mirror_lower(h)
+    # L row-major is the upper factor L' in Fortran order (no transposing copy); the
+    # inverse's upper triangle in Fortran order is its lower one row-major
+    with blas_controller().limit(limits=1, user_api="blas"):
+        inv, info = scipy.linalg.lapack.dpotri(L_all.T, lower=0)
+    if info != 0:
+        return None, np.inf
+    h = inv.T
+    _mirror_lower(h)
     cond = _max_row_abs_sum(G) * _max_row_abs_sum(h)  # 1-norms of symmetric matrices
     return h, cond if np.isfinite(cond) else np.inf
 
