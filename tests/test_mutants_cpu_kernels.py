@@ -21,10 +21,14 @@ import pytest
 import msm_gpu as mg
 from msm_gpu.backends.cpu.backend import CpuBackend
 from msm_gpu.backends.cpu.kernels import (
+    BLOCK_MAX_ROWS,
+    BLOCK_MIN_COLUMNS,
     SUB_PANEL,
     all_zero,
+    column_block,
     objective_columns,
     sweep_columns,
+    sweep_columns_with_objective,
 )
 from msm_gpu.solvers.splitting import make_splitting
 
@@ -170,6 +174,40 @@ def test_sweep_touches_only_its_column_range():
     sweep_columns(afold, b_diag, pen.code, table, r, y, 3, 3, 4, stats)
     np.testing.assert_allclose(y[:, 2:5], z_ref, rtol=1e-12, atol=1e-12)
     state.close()
+
+
+@pytest.mark.parametrize("pen", [mg.NonNeg(), mg.L1(0.2), mg.L0(0.1)], ids=repr)
+def test_sweep_over_several_column_blocks(pen):
+    # more columns than one block (c0, c1 off the block edges): every column as the
+    # row-by-row reference, and F(X) of the first sweep as a sweep of each column alone
+    n = 12
+    block = column_block(n, n, 8, 10**9)
+    assert BLOCK_MIN_COLUMNS <= block < 10**9
+    m = 2 * block + 300
+    a, r, x = _problem(n, m, seed=11)
+    split = make_splitting(np.diag(a), 1.0, 0.05, pen.is_convex)
+    state = CpuBackend().start(a, r, x, split, pen.table(n), pen.code, n)
+    afold, b_diag, table = state._afold, state._b_diag, state._table
+    c0, c1 = 3, m - 2
+    y, stats, f0 = x.copy(), np.zeros((4, m)), np.zeros((2, m))
+    sweep_columns_with_objective(afold, b_diag, pen.code, table, r, y, c0, c1, n, stats, f0)
+    lb, ub = _bounds(pen, n)
+    z_ref, stats_ref = _reference_sweep(pen, a, r[:, c0:c1], x[:, c0:c1], 1.0, 0.05, lb, ub)
+    np.testing.assert_allclose(y[:, c0:c1], z_ref, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(y[:, :c0], x[:, :c0])
+    np.testing.assert_array_equal(y[:, c1:], x[:, c1:])
+    np.testing.assert_allclose(stats[2, c0:c1], stats_ref[2], rtol=1e-12, atol=1e-12)
+    alone, stats1, f1 = x.copy(), np.zeros((4, m)), np.zeros((2, m))
+    for j in (c0, block - 1, block, block + 1, c1 - 1):
+        sweep_columns_with_objective(
+            afold, b_diag, pen.code, table, r, alone, j, j + 1, n, stats1, f1
+        )
+        np.testing.assert_allclose(f0[:, j], f1[:, j], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(alone[:, j], y[:, j], rtol=1e-12, atol=1e-12)
+    state.close()
+    # above BLOCK_MAX_ROWS one block; never more columns than there are
+    assert column_block(BLOCK_MAX_ROWS + 1, 64, 8, 5000) == 5000
+    assert column_block(8, 8, 8, 100) == 100
 
 
 @pytest.mark.parametrize("pen", PENALTIES, ids=repr)

@@ -226,6 +226,26 @@ def zero_outputs(stats, f0, c0, c1, with_f0):
                 f0[s, col] = 0.0
 
 
+#: Column blocks of the BLAS-panel sweep (:func:`column_block`): the iterate's block
+#: (n x block) and the panel's products (panel x block) together within about half of a
+#: core's L2 cache, for n up to BLOCK_MAX_ROWS; at least BLOCK_MIN_COLUMNS columns a
+#: block (the panel GEMMs stay wide).  Above BLOCK_MAX_ROWS one block: the GEMMs of
+#: wider blocks run faster than the cache saves (docs/development.md, "The CPU sweep's
+#: kernels").
+BLOCK_BYTES = 1 << 18
+BLOCK_MIN_COLUMNS = 512
+BLOCK_MAX_ROWS = 256
+
+
+@njit(inline="always")
+def column_block(n, panel, itemsize, nc):
+    """Columns of one block of the sweep over ``nc`` columns (see BLOCK_BYTES)."""
+    if n > BLOCK_MAX_ROWS:
+        return nc
+    block = max(BLOCK_MIN_COLUMNS, BLOCK_BYTES // ((n + panel) * itemsize))
+    return min(block, nc)
+
+
 def _make_sweep(code):
     """The BLAS-panel sweep compiled for one penalty ``code`` (see :func:`sweep_for`).
 
@@ -239,53 +259,63 @@ def _make_sweep(code):
     """
 
     @njit(nogil=True)
-    def sweep(afold, b_diag, params, r, y, c0, c1, panel, stats, f0, with_f0):
+    def sweep(afold, b_diag, params, r, y, c0_all, c1_all, panel, stats, f0, with_f0):
         n = y.shape[0]
-        nc = c1 - c0
-        zero_outputs(stats, f0, c0, c1, with_f0)
-        if nc <= 0:
+        zero_outputs(stats, f0, c0_all, c1_all, with_f0)
+        if c1_all <= c0_all:
             return
-        ycols = y[:, c0:c1]
-        work = np.empty((panel, nc), dtype=y.dtype)
-        for p0 in range(0, n, panel):
-            p1 = min(p0 + panel, n)
-            m = p1 - p0
-            if with_f0:
-                # the old rows from p0 on first: with C_jj x_j and the upper terms of A,
-                # they give F(X) of the rows of P (see sweep_columns_with_objective)
-                # before the new rows before p0 are added
-                gemm_rm(afold[p0:p1, p0:], ycols[p0:], work[:m], 0.0)
-                _start_objective_rows(code, params, afold, b_diag, r, y, work, p0, p1, c0, nc, f0)
-                gemm_rm(afold[p0:p1, :p0], ycols[:p0], work[:m], 1.0)
-            else:
-                gemm_rm(afold[p0:p1], ycols, work[:m], 0.0)
-            for s0 in range(p0, p1, SUB_PANEL):
-                s1 = min(s0 + SUB_PANEL, p1)
-                k = s0 - p0
-                if k > 0:
-                    # left-looking: the rows of this sub-panel get A[S, p0:s0] @ Z[p0:s0]
-                    # as one small GEMM (A[i, j] = afold[j, i] for j < i in the panel:
-                    # afold's block above the diagonal, used transposed)
-                    gemm_rm_at(afold[p0:s0, s0:s1], ycols[p0:s0], work[k : k + s1 - s0], 1.0)
-                for j in range(s0, s1):
-                    yrow = y[j]
-                    wrow = work[j - p0]
-                    if code == CODE_BOX:
-                        _solve_row_box(j, wrow, yrow, r[j], c0, nc, b_diag, afold, params, stats)
-                    elif code == CODE_L0:
-                        _solve_row_l0(j, wrow, yrow, r[j], c0, nc, b_diag, afold, params, stats)
-                    else:
-                        _solve_row_prox(
-                            code, j, wrow, yrow, r[j], c0, nc, b_diag, afold, params, stats
-                        )
-                    # right-looking inside the sub-panel: rows i > j get A_ij z_j
-                    zrow = yrow[c0:c1]
-                    for i in range(j + 1, s1):
-                        a_ij = afold[j, i]
-                        if a_ij != 0.0:
-                            wi = work[i - p0]
-                            for col in range(nc):
-                                wi[col] += a_ij * zrow[col]
+        # the columns in blocks whose iterate and panel products stay in cache (each
+        # column's arithmetic is the same in any block: columns are independent problems)
+        block = column_block(n, panel, y.itemsize, c1_all - c0_all)
+        work_all = np.empty(panel * block, dtype=y.dtype)
+        for c0 in range(c0_all, c1_all, block):
+            c1 = min(c0 + block, c1_all)
+            nc = c1 - c0
+            ycols = y[:, c0:c1]
+            work = work_all[: panel * nc].reshape((panel, nc))
+            for p0 in range(0, n, panel):
+                p1 = min(p0 + panel, n)
+                m = p1 - p0
+                if with_f0:
+                    # the old rows from p0 on first: with C_jj x_j and the upper terms of A,
+                    # they give F(X) of the rows of P (see sweep_columns_with_objective)
+                    # before the new rows before p0 are added
+                    gemm_rm(afold[p0:p1, p0:], ycols[p0:], work[:m], 0.0)
+                    _start_objective_rows(
+                        code, params, afold, b_diag, r, y, work, p0, p1, c0, nc, f0
+                    )
+                    gemm_rm(afold[p0:p1, :p0], ycols[:p0], work[:m], 1.0)
+                else:
+                    gemm_rm(afold[p0:p1], ycols, work[:m], 0.0)
+                for s0 in range(p0, p1, SUB_PANEL):
+                    s1 = min(s0 + SUB_PANEL, p1)
+                    k = s0 - p0
+                    if k > 0:
+                        # left-looking: the rows of this sub-panel get A[S, p0:s0] @ Z[p0:s0]
+                        # as one small GEMM (A[i, j] = afold[j, i] for j < i in the panel:
+                        # afold's block above the diagonal, used transposed)
+                        gemm_rm_at(afold[p0:s0, s0:s1], ycols[p0:s0], work[k : k + s1 - s0], 1.0)
+                    for j in range(s0, s1):
+                        yrow = y[j]
+                        wrow = work[j - p0]
+                        if code == CODE_BOX:
+                            _solve_row_box(
+                                j, wrow, yrow, r[j], c0, nc, b_diag, afold, params, stats
+                            )
+                        elif code == CODE_L0:
+                            _solve_row_l0(j, wrow, yrow, r[j], c0, nc, b_diag, afold, params, stats)
+                        else:
+                            _solve_row_prox(
+                                code, j, wrow, yrow, r[j], c0, nc, b_diag, afold, params, stats
+                            )
+                        # right-looking inside the sub-panel: rows i > j get A_ij z_j
+                        zrow = yrow[c0:c1]
+                        for i in range(j + 1, s1):
+                            a_ij = afold[j, i]
+                            if a_ij != 0.0:
+                                wi = work[i - p0]
+                                for col in range(nc):
+                                    wi[col] += a_ij * zrow[col]
 
     return sweep
 
