@@ -34,7 +34,7 @@ print(
 )
 
 # %%
-# scikit-learn's coordinate descent from the same start, for reference.
+# scikit-learn's coordinate descent at its defaults, for reference.
 t0 = time.perf_counter()
 sk = SkNMF(n_components=k, max_iter=100, random_state=0)
 with warnings.catch_warnings():

@@ -64,7 +64,10 @@ def test_frobenius_h_is_the_exact_minimiser_of_the_accumulated_surrogate():
     # solution of min ||X - W_b H|| (the accumulated statistics of one batch)
     X = digits(80)
     model = mg.MiniBatchNMF(4, init="nndsvda", random_state=0).partial_fit(X)
-    _, H0 = _initialize_nmf(X, 4, init="nndsvda", random_state=0)
+    # the start: scikit-learn's init of X / 16 (max(X) = 16), scaled back by sqrt(16)
+    assert X.max() == 16.0
+    _, H0 = _initialize_nmf(X / 16.0, 4, init="nndsvda", random_state=0)
+    H0 = 4.0 * H0
     W_b = np.array([scipy.optimize.nnls(H0.T, x)[0] for x in X])
     H1 = np.column_stack([scipy.optimize.nnls(W_b, X[:, j])[0] for j in range(X.shape[1])])
     np.testing.assert_allclose(model.components_, H1, rtol=1e-7, atol=1e-8)

@@ -155,21 +155,37 @@ def test_balancing_rescales_by_powers_of_two():
 # -- scales -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("s", [2.0**332, 2.0**-664])
-def test_powers_of_four_give_the_same_factors_scaled(s):
+@pytest.mark.parametrize("init", ["random", None, "nndsvdar", "nndsvd"])
+@pytest.mark.parametrize("s", [2.0**332, 2.0**-664, 2.0**26, 2.0**-26])
+def test_powers_of_four_give_the_same_factors_scaled(s, init):
     # issue 49: Y * 1e100 "converged" after 1 iteration (relative error 0.95); Y * 1e-200 at
     # 0.71.  Inside, Y is divided by a power of four: Y * 4^j gives W * 2^j, H * 2^j exactly
-    # (2^332 from a random start already held before: a check; 2^-664 did not)
+    # (2^332 from a random start already held before: a check; 2^-664 did not).  Every
+    # init starts from Y / 4^j: from Y itself NNDSVDa's fill (mean(Y)) was far off the
+    # factors' scale at 2^26, and the fit stopped 30-40 % above its scale-1 error
     Y = np.random.default_rng(0).random((30, 12)) * 10
-    ref = mg.NMF(3, init="random", random_state=0)
+    ref = mg.NMF(3, init=init, random_state=0)
     W = ref.fit_transform(Y)
-    model = mg.NMF(3, init="random", random_state=0)
+    model = mg.NMF(3, init=init, random_state=0)
     Ws = model.fit_transform(Y * s)
     root = math.sqrt(s)
     np.testing.assert_allclose(Ws / root, W, rtol=1e-12)
     np.testing.assert_allclose(model.components_ / root, ref.components_, rtol=1e-12)
     assert model.reconstruction_err_ / s == pytest.approx(ref.reconstruction_err_, rel=1e-12)
     assert model.n_iter_ == ref.n_iter_
+
+
+@pytest.mark.parametrize("s", [1e7, 5.7e7, 1e10, 1e-9])
+def test_default_fit_does_not_depend_on_the_scale(s):
+    # found by fuzzing the scale: Y * 5.7e7 (85 x 110, k = 2) stopped at 200 iterations
+    # 70 % above the scale-1 error (scikit-learn 33 % above), from NNDSVDa's start of Y
+    rng = np.random.default_rng(3)
+    Y = np.abs(rng.standard_normal((85, 2)) @ np.abs(rng.standard_normal((2, 110))))
+    Y += 0.05 * rng.random(Y.shape)
+    ref = mg.NMF(2, random_state=0).fit(Y)
+    model = mg.NMF(2, random_state=0).fit(Y * s)
+    assert model.reconstruction_err_ / s == pytest.approx(ref.reconstruction_err_, rel=1e-4)
+    assert model.converged_
 
 
 @pytest.mark.parametrize("s", [1e100, 1e-200])

@@ -196,9 +196,8 @@ class MiniBatchNMF(FactorsMixin, ClassNamePrefixFeaturesOutMixin, TransformerMix
         e = scale_exponent(X)
         scaled = X * (2.0**-e) if e else X
         backend = get_backend("cpu")
-        # losses other than Frobenius start from X / 2^e, as NMF's (beta_loop.fit_beta)
-        from_scaled = beta_value(self.beta_loss) != 2.0
-        W0, H0 = start_factors(X, scaled, p, k, backend, dtype, e, W, H, from_scaled=from_scaled)
+        # the start from X / 2^e, as NMF's (loop.start_factors)
+        W0, H0 = start_factors(X, scaled, p, k, backend, dtype, e, W, H)
         batch = min(self.batch_size, m)
         rho = self.forget_factor ** (batch / m)
         self._state = OnlineState(H0, beta_value(self.beta_loss), e, rho, p)

@@ -156,9 +156,11 @@ class NMF(FactorsMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseE
         Stop after this many seconds of iterations.
     init : {None, "random", "nndsvd", "nndsvda", "nndsvdar", "custom"}
         scikit-learn's inits and default rule (None: "nndsvda" if k <= min(m, d), else
-        "random"); for an int seed the factors equal scikit-learn's
-        (:mod:`msm_gpu.factorization.init`).  "custom": pass ``W`` and ``H`` to
-        ``fit``/``fit_transform``; without it W and H are ignored with a RuntimeWarning.
+        "random"), computed for Y / 4^j (max in [1/4, 4)) and scaled back; for an int
+        seed the factors are scikit-learn's where max(Y) is in [1/4, 4) (and for "random"
+        everywhere; :mod:`msm_gpu.factorization.init`, the differences below).
+        "custom": pass ``W`` and ``H`` to ``fit``/``fit_transform``; without it W and H
+        are ignored with a RuntimeWarning.
     beta_loss : "frobenius", "kullback-leibler", "itakura-saito" or float
         The beta-divergence (scikit-learn's names; 2, 1 and 0).  Y with zeros is refused
         for beta <= 0 (the divergence is infinite there), as scikit-learn does.
@@ -227,12 +229,14 @@ class NMF(FactorsMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseE
       iterate): ``fit_transform`` and ``transform`` agree to 1e-6 where the W-step is
       convex (Frobenius, KL, beta in [1, 2]); for beta outside [1, 2] each may end at
       another local minimum of its nonconvex W-step (as scikit-learn's may).
-    * Losses other than Frobenius (and ``solver="mu"``) start from scikit-learn's init
-      of Y / 4^j (j such that max(Y) / 4^j is in [1/4, 4)), scaled back: the same start
-      where Y is of order one, and a start that scales with Y elsewhere.  Its NNDSVDa
-      fills zeros with mean(Y), not with a factor's scale, so on Y * 1e5 its start was
-      1e4 times Y, from which the Newton steps of Itakura-Saito and beta = 0.5 did not
-      recover.
+    * The start is scikit-learn's init of Y / 4^j (j such that max(Y) / 4^j is in
+      [1/4, 4)), scaled back: the same start where Y is of order one, and a start that
+      scales with Y elsewhere, so that ``NMF(Y * 4^j)`` is ``NMF(Y)`` scaled.  Its NNDSVDa
+      fills zeros with mean(Y), not with a factor's scale: from Y itself, Y * 2^26 started
+      with W0 H0 far above Y and Frobenius fits stopped 30-40 % above their error at scale
+      1 (scikit-learn's too), Itakura-Saito at Y * 1e5 did not recover at all.  Where
+      max(Y) is outside [1/4, 4), NNDSVDa's fill (and NNDSVD's zero threshold 1e-6)
+      therefore differ from scikit-learn's for the same Y; the random init is the same.
     * A custom ``W``/``H`` of another dtype is cast to Y's (scikit-learn raises
       TypeError).
     * ``shuffle`` (scikit-learn's cd) has no counterpart.

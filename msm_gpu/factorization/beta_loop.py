@@ -553,12 +553,8 @@ def fit_beta(Y, params, W=None, H=None):
     dtype = dtype_of(Y)
     e = scale_exponent(Y)
     data = BetaData(Y, e, beta)
-    # the start from Y / 2^e: scikit-learn's NNDSVDa fills its zeros with mean(Y), not
-    # with a factor's scale sqrt(mean(Y) / k), so on Y * 1e5 its W0 H0 was 1e4 times Y
-    # and the Newton steps (on Itakura-Saito, beta = 0.5) never recovered; from Y / 2^e
-    # (max in [1/4, 4)) it is scikit-learn's start where Y is of order one, and the same
-    # start, scaled, for Y * 4^j
-    W0, H0 = start_factors(Y, data.by_rows, params, k, backend, dtype, e, W, H, from_scaled=True)
+    # the start from Y / 2^e, as every loss's (loop.start_factors)
+    W0, H0 = start_factors(Y, data.by_rows, params, k, backend, dtype, e, W, H)
     Wx = np.array(W0, dtype=np.float64, order="C")
     Ht = np.array(np.asarray(H0).T, dtype=np.float64, order="C")
     reg = Regularization.from_params(params, (m, d)).rescaled(e, beta)
