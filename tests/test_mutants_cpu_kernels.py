@@ -28,7 +28,7 @@ from msm_gpu.backends.cpu.kernels import (
     column_block,
     objective_columns,
     sweep_columns,
-    sweep_columns_with_objective,
+    sweep_for,
 )
 from msm_gpu.solvers.splitting import make_splitting
 
@@ -188,9 +188,10 @@ def test_sweep_over_several_column_blocks(pen):
     split = make_splitting(np.diag(a), 1.0, 0.05, pen.is_convex)
     state = CpuBackend().start(a, r, x, split, pen.table(n), pen.code, n)
     afold, b_diag, table = state._afold, state._b_diag, state._table
+    sweep = sweep_for(pen.code)  # the production kernel (the F(X) pass: with_f0)
     c0, c1 = 3, m - 2
     y, stats, f0 = x.copy(), np.zeros((4, m)), np.zeros((2, m))
-    sweep_columns_with_objective(afold, b_diag, pen.code, table, r, y, c0, c1, n, stats, f0)
+    sweep(afold, b_diag, table, r, y, c0, c1, n, stats, f0, True)
     lb, ub = _bounds(pen, n)
     z_ref, stats_ref = _reference_sweep(pen, a, r[:, c0:c1], x[:, c0:c1], 1.0, 0.05, lb, ub)
     np.testing.assert_allclose(y[:, c0:c1], z_ref, rtol=1e-12, atol=1e-12)
@@ -199,9 +200,7 @@ def test_sweep_over_several_column_blocks(pen):
     np.testing.assert_allclose(stats[2, c0:c1], stats_ref[2], rtol=1e-12, atol=1e-12)
     alone, stats1, f1 = x.copy(), np.zeros((4, m)), np.zeros((2, m))
     for j in (c0, block - 1, block, block + 1, c1 - 1):
-        sweep_columns_with_objective(
-            afold, b_diag, pen.code, table, r, alone, j, j + 1, n, stats1, f1
-        )
+        sweep(afold, b_diag, table, r, alone, j, j + 1, n, stats1, f1, True)
         np.testing.assert_allclose(f0[:, j], f1[:, j], rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(alone[:, j], y[:, j], rtol=1e-12, atol=1e-12)
     state.close()
