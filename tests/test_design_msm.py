@@ -317,3 +317,17 @@ def test_a_large_face_that_meets_tol_early_still_goes_on_to_rounding():
     assert res.info["finish_columns"] == 0
     assert res.info["kkt_residual"].max() <= 1e-12
     np.testing.assert_allclose(res.x, x_true, rtol=1e-12)  # C x = d has this positive root
+
+
+def test_free_counts_per_column_and_none_for_no_column():
+    # the free variables of each column (x strictly inside a piece of h); no column: an
+    # empty count, without building the n x 4 table
+    from msm_gpu.solvers.design_msm import free_counts
+
+    x = np.array([[0.0, 1.0, -2.0], [2.0, 0.0, 0.0], [0.0, 0.0, 3.0]])
+    np.testing.assert_array_equal(free_counts(x, mg.L1(0.1)), [1, 1, 2])
+    np.testing.assert_array_equal(free_counts(np.abs(x), mg.NonNeg()), [1, 1, 2])
+    box = mg.Box(0.0, 1.0)  # x = 1 sits on the upper bound: not free
+    np.testing.assert_array_equal(free_counts(np.array([[1.0], [0.5]]), box), [1])
+    empty = free_counts(np.zeros((10**6, 0)), mg.NonNeg())
+    assert empty.shape == (0,) and empty.dtype.kind == "i"

@@ -219,6 +219,8 @@ def _free_count(x, params):
 
 def free_counts(X, penalty):
     """:func:`_free_count` of every column of X (n, c) for the penalty's table."""
+    if X.shape[1] == 0:  # no table (n x 4) to build for no column
+        return np.zeros(0, dtype=int)
     params = np.ascontiguousarray(penalty.table(X.shape[0]), dtype=np.float64)
     cols = range(X.shape[1])
     return np.array([_free_count(np.ascontiguousarray(X[:, k]), params) for k in cols], dtype=int)
