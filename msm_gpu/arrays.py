@@ -6,6 +6,8 @@ One home for these so that no module grows its own ``_host``/``_is_cupy`` again.
 from __future__ import annotations
 
 import math
+import sys
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,15 +19,67 @@ import numpy as np
 HOST_ALIGN = 64
 
 
-def aligned_empty(shape, dtype, align: int = HOST_ALIGN) -> np.ndarray:
-    """An uninitialised C-ordered host array whose first entry sits at a multiple of
-    ``align`` bytes (a view into a slightly larger byte buffer)."""
+def aligned_empty(shape, dtype, align: int = HOST_ALIGN, order="C") -> np.ndarray:
+    """An uninitialised C-ordered (``order="F"``: column-major) host array whose first
+    entry sits at a multiple of ``align`` bytes (a view into a slightly larger byte
+    buffer)."""
     dtype = np.dtype(dtype)
     shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(d) for d in shape)
     nbytes = math.prod(shape) * dtype.itemsize  # (plain ints: NumPy's prod costs us)
-    raw = np.empty(nbytes + align, dtype=np.uint8)
+    return _carved(np.empty(nbytes + align, dtype=np.uint8), shape, dtype, align, order)
+
+
+def _carved(raw, shape, dtype, align, order):
+    """The array of ``shape`` and ``dtype`` at the first ``align``-byte boundary of the
+    byte buffer ``raw`` (its base: every view keeps raw alive)."""
     start = -raw.ctypes.data % align
-    return raw[start : start + nbytes].view(dtype).reshape(shape)
+    flat = raw[start : start + math.prod(shape) * dtype.itemsize].view(dtype)
+    return flat.reshape(shape[::-1]).T if order == "F" else flat.reshape(shape)
+
+
+#: Largest scratch buffer a thread keeps between calls (:func:`retained_empty`).  Larger
+#: arrays are allocated afresh: their page faults are small beside the work they serve.
+RETAIN_MAX_BYTES = 32 * 2**20
+
+_retained = threading.local()  # .raw: this thread's kept byte buffer (or absent)
+
+
+def retained_empty(shape, dtype, order="C", align: int = HOST_ALIGN) -> np.ndarray:
+    """An uninitialised host array like :func:`aligned_empty` (``order="F"``: its columns
+    contiguous), carved from a byte buffer this thread keeps from one call to the next.
+
+    A fresh multi-megabyte array costs a page fault per 4 KB on first touch wherever the
+    allocator has given the memory back to the system in between, which any other large
+    allocation and release (the user's own, a peer library's) makes it do: the design
+    form's 500 x 600 copy then took 0.75 ms instead of 0.27.  The kept buffer's pages stay
+    mapped.  The buffer is handed out only while no array made from it is alive (its
+    reference count, which every view holds through its base): a second array wanted while
+    the first is in use, from a nested call or one kept by the caller, is allocated afresh,
+    so no two live arrays ever share memory.  Arrays over :data:`RETAIN_MAX_BYTES` are
+    always fresh; :func:`release_retained` drops the calling thread's buffer."""
+    dtype = np.dtype(dtype)
+    shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(d) for d in shape)
+    nbytes = math.prod(shape) * dtype.itemsize
+    raw = getattr(_retained, "raw", None)
+    if nbytes + align > RETAIN_MAX_BYTES:
+        raw = np.empty(nbytes + align, dtype=np.uint8)
+    elif raw is None or raw.size < nbytes + align or sys.getrefcount(raw) > _FREE_REFS:
+        fresh = np.empty(max(nbytes + align, 2**16), dtype=np.uint8)
+        if raw is None or sys.getrefcount(raw) <= _FREE_REFS:
+            _retained.raw = fresh  # grown (or first); a buffer in use stays its user's
+        raw = fresh
+    return _carved(raw, shape, dtype, align, order)
+
+
+#: sys.getrefcount of the kept buffer when nothing uses it: the thread-local slot, the
+#: local name in :func:`retained_empty` and getrefcount's argument.
+_FREE_REFS = 3
+
+
+def release_retained() -> None:
+    """Drop the calling thread's kept scratch buffer (:func:`retained_empty`): its memory
+    returns to the allocator once no array made from it is alive."""
+    _retained.__dict__.pop("raw", None)
 
 
 def aligned_copy(x, dtype) -> np.ndarray:

@@ -547,6 +547,68 @@ def test_aligned_arrays_start_on_a_vector_boundary(shape, dtype):
     assert not np.shares_memory(y, source)
 
 
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_retained_arrays_reuse_memory_only_when_nothing_holds_it(order):
+    # the kept buffer is handed out again once every array made from it is gone; while
+    # one is alive (a view of it included), the next array is fresh memory: no two live
+    # arrays ever overlap
+    from msm_gpu.arrays import (
+        HOST_ALIGN,
+        RETAIN_MAX_BYTES,
+        release_retained,
+        retained_empty,
+    )
+
+    release_retained()
+    shape = (500, 600)
+    x = retained_empty(shape, np.float64, order=order)
+    assert x.shape == shape and x.ctypes.data % HOST_ALIGN == 0
+    assert x.flags.f_contiguous if order == "F" else x.flags.c_contiguous
+    address = x.ctypes.data
+    y = retained_empty(shape, np.float64, order=order)
+    assert not np.shares_memory(x, y)
+    view = x[:, :3]
+    del x
+    z = retained_empty((20, 30), np.float32, order=order)  # a view of x still alive
+    assert not np.shares_memory(z, view)
+    del view, y, z
+    again = retained_empty((20, 30), np.float32, order=order)
+    assert again.ctypes.data == address  # the kept pages again
+    bigger = retained_empty((700, 700), np.float64, order=order)  # again alive: fresh
+    assert not np.shares_memory(bigger, again)
+    del again, bigger
+    huge = retained_empty(RETAIN_MAX_BYTES // 8, np.float64)
+    assert retained_empty(10, np.float64).ctypes.data == address  # huge ones are never kept
+    del huge
+    release_retained()
+
+
+def test_retained_buffer_is_per_thread():
+    import threading
+
+    from msm_gpu.arrays import release_retained, retained_empty
+
+    release_retained()
+    seen = {}
+
+    def grab(name):
+        x = retained_empty((100, 100), np.float64)
+        seen[name] = x.ctypes.data
+        del x
+        x = retained_empty((100, 100), np.float64)
+        seen[name + " again"] = x.ctypes.data
+
+    threads = [threading.Thread(target=grab, args=(f"t{k}",)) for k in range(2)]
+    grab("main")
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for name in ("main", "t0", "t1"):
+        assert seen[name] == seen[name + " again"]
+    assert len({seen["main"], seen["t0"], seen["t1"]}) == 3
+
+
 def _misaligned(x):
     """A C-ordered copy of x starting 16 bytes past a 64-byte boundary."""
     raw = np.empty(x.nbytes + 128, dtype=np.uint8)

@@ -610,13 +610,17 @@ def test_column_major_scaled_copy_of_a_row_major_array(source, dtype, shape):
     before = x.copy()
     with np.errstate(over="ignore", under="ignore"):
         for e in (-1100, -1060, -200, -149, -130, -3, 0, 5, 127, 200, 1100):
-            got = scaled_dense_copy(be, x, dtype, e, order="F")
             want = np.ldexp(np.asarray(x, dtype=dtype), e)
-            assert got.dtype == dtype and not np.shares_memory(got, x)
-            info = np.finfo(dtype)
-            if info.minexp - info.nmant <= e < info.maxexp:  # 2^e a number of dtype
-                assert got.flags.f_contiguous
-            np.testing.assert_array_equal(got, want)
+            kept = []  # the retained copies alive at once: each in its own memory
+            for retained in (False, True, True):
+                got = scaled_dense_copy(be, x, dtype, e, order="F", retained=retained)
+                assert got.dtype == dtype and not np.shares_memory(got, x)
+                assert not any(np.shares_memory(got, other) for other in kept)
+                info = np.finfo(dtype)
+                if info.minexp - info.nmant <= e < info.maxexp:  # 2^e a number of dtype
+                    assert got.flags.f_contiguous
+                np.testing.assert_array_equal(got, want)
+                kept.append(got)
     np.testing.assert_array_equal(x, before)
 
 

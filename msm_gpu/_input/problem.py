@@ -302,7 +302,7 @@ def prepare_design(C, D, penalty, x0, backend, *, c_order=None) -> DesignProblem
         # times faster than a transposing one, and the Gram form's products take either)
         wide = C.shape[1] > C.shape[0]
         order = "F" if wide or c_order == "F" else None
-        c = scaled_dense_copy(be, C, dtype, -e_c, order=order)
+        c = scaled_dense_copy(be, C, dtype, -e_c, order=order, retained=True)
     elif be.on_host and c_kind.sparse and not c_kind.on_device:
         c = scaled_sparse_copy(C, dtype, -e_c)
     else:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..arrays import aligned_empty, is_sparse, module_of
+from ..arrays import aligned_empty, is_sparse, module_of, retained_empty
 from ..backends.cpu.jit import njit
 from ..penalties import CODE_BOX, CODE_L0, CODE_L1, CODE_LP
 
@@ -59,10 +59,12 @@ def ldexp(x, e: int):
     return _times_power_of_two(x, e)
 
 
-def scaled_dense_copy(be, x, dtype, e: int, order=None):
+def scaled_dense_copy(be, x, dtype, e: int, order=None, retained=False):
     """``x * 2^e`` as a new dense array of backend ``be`` in ``dtype`` (x dense; never x
     itself); ``order="F"``: column-contiguous on the host (a C whose columns the design
-    form reads in place: one copy serves it and the products).
+    form reads in place: one copy serves it and the products).  ``retained``: a host copy
+    is made in this thread's kept scratch buffer (:func:`~msm_gpu.arrays.retained_empty`:
+    no fresh pages to fault in), for a copy that does not outlive the call.
 
     A NumPy x on the CPU backend is converted and scaled in one pass into one fresh array:
     a copy and then a scaled copy write two, each paying its page faults
@@ -71,14 +73,14 @@ def scaled_dense_copy(be, x, dtype, e: int, order=None):
     power of two (exact)."""
     factor = _power_of_two(dtype, e)
     if be.on_host and isinstance(x, np.ndarray) and factor is not None:
-        if order == "F" and _turns_in_blocks(x, dtype):
-            out = np.empty(x.shape, dtype=dtype, order="F")
-            _transposed_scaled_copy(x, factor, out.T)
-            return out
+        empty = retained_empty if retained else aligned_empty
         if order == "F":
-            out = np.empty(x.shape, dtype=dtype, order="F")
+            out = empty(x.shape, dtype, order="F")
+            if _turns_in_blocks(x, dtype):
+                _transposed_scaled_copy(x, factor, out.T)
+                return out
         else:  # x's layout kept; a C-ordered one aligned for the sweep's vectors
-            out = aligned_empty(x.shape, dtype) if x.flags.c_contiguous else None
+            out = empty(x.shape, dtype) if x.flags.c_contiguous else None
         return np.multiply(x, factor, dtype=dtype, out=out)
     return _times_power_of_two(be.asarray(x, dtype), e, in_place=True)
 
