@@ -278,3 +278,34 @@ def test_faces_of_a_scalar_penalty_built_once_are_each_faces_own(penalty):
     first.stacked[...] = np.nan
     assert not np.any(np.isnan(second.stacked))
     np.testing.assert_array_equal(Faces(np, penalty, n).stacked, second.stacked)
+
+
+@pytest.mark.parametrize("name", ["nonneg", "l1", "box"])
+@pytest.mark.parametrize("duplicated", [False, True])
+def test_a_start_with_many_free_variables_factorised_from_one_product(name, duplicated):
+    # a dense design-form column starting with >= START_GEMM_MIN free variables takes
+    # their products from one BLAS product; with duplicated columns among them some rows
+    # of the factor are refused (the pivot test) exactly as when built one at a time.
+    # Same optimum as SciPy / scikit-learn and the Gram form, from starts that free
+    # 40-120 variables
+    from msm_gpu.solvers.pwl_active_set import START_GEMM_MIN
+
+    rng = np.random.default_rng(11)
+    m, n = 300, 120
+    c = rng.standard_normal((m, n))
+    if duplicated:
+        c[:, 60:70] = c[:, 0:10]  # exactly dependent columns inside the start's free set
+        c[:, 70:72] = 2.0 * c[:, 10:12]
+    d = rng.standard_normal(m)
+    penalty = PENALTIES[name]
+    faces = Faces(np, penalty, n)
+    f_ref = _f(c, d, _reference(c, d, name), name)
+    for free in (START_GEMM_MIN + 8, 80, n):
+        x0 = np.zeros((n, 1))
+        x0[rng.choice(n, free, replace=False), 0] = rng.uniform(0.01, 0.3, free)
+        x, status, _ = pwl_active_set_design(c, d[:, None], faces, x0)
+        assert status[0] == 1
+        assert _f(c, d, x[:, 0], name) <= f_ref * (1 + 1e-10) + 1e-12 * float(d @ d)
+        if not duplicated:  # unique optimum
+            x_gram, _, _ = pwl_active_set(c.T @ c, -(c.T @ d)[:, None], faces, np.zeros((n, 1)))
+            np.testing.assert_allclose(x, x_gram, atol=1e-9)
