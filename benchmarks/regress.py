@@ -18,7 +18,9 @@ in turn in the same process (each the best of k interleaved runs), lower is bett
   must not be above the peer's by more than 1e-8 relative.
 * ``nmf/<data>``: ``mg.NMF(...).fit`` over scikit-learn's ``NMF(solver="cd")`` from the
   same start, both at their defaults, BLAS on one thread; msm's final error must not be
-  above scikit-learn's by more than 1e-3 relative.
+  above scikit-learn's by more than 1e-3 relative.  ``... to cd``: the time the same
+  default fit took to scikit-learn's final objective (at or below it, from ``history_``),
+  issue 49's criterion; the whole fit goes on below it to its own ``tol``.
 * ``nmf_kl``, ``nmf_is``, ``nmf_extras``: Kullback-Leibler and Itakura-Saito NMF over
   scikit-learn's ``mu`` at its defaults (the whole default fit, and the time the same run
   took to ``mu``'s 2000-iteration objective: "to mu2000"); regularised and mini-batch NMF
@@ -347,9 +349,13 @@ def cell_nmf(quick):
     k = 16
     w0, h0 = _initialize_nmf(y, k, init="nndsvda", random_state=0)
 
+    runs = []  # (history_, wall seconds) of each of our fits
+
     def ours():
         model = mg.NMF(n_components=k, init="custom", random_state=0)
+        started = time.perf_counter()
         w = model.fit_transform(y, W=w0.copy(), H=h0.copy())
+        runs.append((model.history_, time.perf_counter() - started))
         return np.linalg.norm(y - w @ model.components_)
 
     def theirs():
@@ -368,8 +374,23 @@ def cell_nmf(quick):
         (t_ours, t_sk), (e_ours, e_sk) = interleaved_best([ours, theirs], k=3 if quick else 5)
     rel = (e_ours - e_sk) / e_sk
     value = t_ours / t_sk if rel <= 1e-3 else math.inf
-    details = {"msm_s": t_ours, "sklearn_s": t_sk, "msm_error": e_ours, "sklearn_error": e_sk}
-    return {"nmf/digits k=16": Metric(value, "ratio", details)}
+    # issue 49's criterion: the time our default fit took to cd's objective (not within a
+    # tolerance: at or below it), from its history_ plus its time outside the loop
+    import bench_nmf_beta
+
+    f_sk = 0.5 * e_sk**2  # history_ holds 1/2 ||Y - WH||^2
+    t_reach = min(bench_nmf_beta.time_to_reference(h, wall, f_sk, rel=0.0) for h, wall in runs[1:])
+    details = {
+        "msm_s": t_ours,
+        "sklearn_s": t_sk,
+        "msm_error": e_ours,
+        "sklearn_error": e_sk,
+        "msm_s_to_sklearn_error": t_reach,
+    }
+    return {
+        "nmf/digits k=16": Metric(value, "ratio", details),
+        "nmf/digits k=16 to cd": Metric(t_reach / t_sk, "ratio", details),
+    }
 
 
 def cell_denoise(quick):
