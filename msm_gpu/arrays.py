@@ -59,21 +59,36 @@ def retained_empty(shape, dtype, order="C", align: int = HOST_ALIGN) -> np.ndarr
     always fresh; :func:`release_retained` drops the calling thread's buffer."""
     dtype = np.dtype(dtype)
     shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(d) for d in shape)
-    nbytes = math.prod(shape) * dtype.itemsize
-    raw = getattr(_retained, "raw", None)
-    if nbytes + align > RETAIN_MAX_BYTES:
-        raw = np.empty(nbytes + align, dtype=np.uint8)
-    elif raw is None or raw.size < nbytes + align or sys.getrefcount(raw) > _FREE_REFS:
-        fresh = np.empty(max(nbytes + align, 2**16), dtype=np.uint8)
-        if raw is None or sys.getrefcount(raw) <= _FREE_REFS:
-            _retained.raw = fresh  # grown (or first); a buffer in use stays its user's
-        raw = fresh
-    return _carved(raw, shape, dtype, align, order)
+    need = math.prod(shape) * dtype.itemsize + align
+    if need > RETAIN_MAX_BYTES:
+        return _carved(np.empty(need, dtype=np.uint8), shape, dtype, align, order)
+    # (no local name for the kept buffer before the test: it would count as a user)
+    kept = hasattr(_retained, "raw")
+    free = kept and _references(_retained) <= _FREE_REFERENCES
+    if free and _retained.raw.size >= need:
+        return _carved(_retained.raw, shape, dtype, align, order)
+    fresh = np.empty(max(need, 2**16), dtype=np.uint8)
+    if free or not kept:
+        _retained.raw = fresh  # grown (or the first); a buffer in use stays its user's
+    return _carved(fresh, shape, dtype, align, order)
 
 
-#: sys.getrefcount of the kept buffer when nothing uses it: the thread-local slot, the
-#: local name in :func:`retained_empty` and getrefcount's argument.
-_FREE_REFS = 3
+def _references(holder) -> int:
+    """sys.getrefcount of ``holder.raw``, taken the same way for the calibration below."""
+    return sys.getrefcount(holder.raw)
+
+
+def _free_references() -> int:
+    """What :func:`_references` counts for a buffer nothing else holds: measured, not
+    assumed (how an interpreter counts the references of a call's arguments changes
+    between Python versions)."""
+    holder = threading.local()
+    holder.raw = np.empty(1, dtype=np.uint8)
+    return _references(holder)
+
+
+#: :func:`_references` of a kept buffer that no array uses.
+_FREE_REFERENCES = _free_references()
 
 
 def release_retained() -> None:
