@@ -299,7 +299,8 @@ def _ol_start_products(src, cand, nc):
             return np.empty((0, 0))
         ct, s = src
         m = ct.shape[1]
-        cols = np.empty((m, nc))  # C[:, cand] row-major: the rows of ct gathered as columns
+        # C[:, cand] row-major, the rows of ct gathered as columns (at most the size of C)
+        cols = np.empty((m, nc))
         for t in range(m):
             for a in range(nc):
                 cols[t, a] = ct[cand[a], t]
