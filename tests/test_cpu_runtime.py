@@ -590,16 +590,19 @@ def test_retained_buffer_is_per_thread():
 
     release_retained()
     seen = {}
+    both_alive = threading.Barrier(2)  # a finished thread's buffer is freed and reusable
 
-    def grab(name):
+    def grab(name, wait=True):
         x = retained_empty((100, 100), np.float64)
         seen[name] = x.ctypes.data
         del x
         x = retained_empty((100, 100), np.float64)
         seen[name + " again"] = x.ctypes.data
+        if wait:
+            both_alive.wait(timeout=60)
 
     threads = [threading.Thread(target=grab, args=(f"t{k}",)) for k in range(2)]
-    grab("main")
+    grab("main", wait=False)
     for t in threads:
         t.start()
     for t in threads:
