@@ -116,6 +116,20 @@ def _gradient_sparse(src, x, res, r, i):
     return acc + r[i]
 
 
+@njit(inline="always", fastmath=FAST)
+def _gram_gradients(a, x, r, out):
+    """out = A x + r for a symmetric A: rows of A times x's nonzeros, each a contiguous
+    vectorised update of every entry."""
+    for i in range(out.shape[0]):
+        out[i] = r[i]
+    for k in range(x.shape[0]):
+        xk = x[k]
+        if xk != 0.0:
+            row = a[k]
+            for i in range(out.shape[0]):
+                out[i] += row[i] * xk
+
+
 @njit(inline="always")
 def _move_gram(src, res, i, delta):
     pass
@@ -178,6 +192,10 @@ def _gradients(src, x, res, r, out, skip):
     """out[i] = g_i for every variable but those where ``skip`` (one pass over A or C)."""
 
 
+def _free_gradients(src, x, res, r, order, f, out, grad):
+    """out[a] = g_{order[a]} for a < f (``grad``: n floats of workspace)."""
+
+
 def _diagonal_max(src, n):
     """max_i A_ii."""
 
@@ -205,9 +223,14 @@ def _ol_gradient(src, x, res, r, i):
 
 @overload(_gradients, jit_options={"fastmath": FAST})
 def _ol_gradients(src, x, res, r, out, skip):
-    # the Gram form's gradient (a row of A against x's nonzeros) is measured faster as a
-    # call of its own than inlined in the scan
-    gradient = _gradient if _form(src) == 0 else form_helpers(src)[0]
+    if _form(src) == 0:
+        # Gram form: A x + r as rows of A (symmetric) times x's nonzeros, each a
+        # contiguous vectorised update of every gradient (skip's ones too, unread); a row
+        # of A against x's nonzeros per variable is a branch per entry: on the 100-column
+        # Lasso path of the regression gate (up to 150 nonzeros of 200) the scans were
+        # most of the active set's time
+        return lambda src, x, res, r, out, skip: _gram_gradients(src[0], x, r, out)
+    gradient = form_helpers(src)[0]
 
     def scan(src, x, res, r, out, skip):
         for i in range(out.shape[0]):
@@ -215,6 +238,25 @@ def _ol_gradients(src, x, res, r, out, skip):
                 out[i] = gradient(src, x, res, r, i)
 
     return scan
+
+
+@overload(_free_gradients, jit_options={"fastmath": FAST})
+def _ol_free_gradients(src, x, res, r, order, f, out, grad):
+    if _form(src) == 0:
+        # Gram form: every gradient by the vectorised scan, then the free ones (a row of
+        # A against x's nonzeros per free variable branches on every entry)
+        def gram(src, x, res, r, order, f, out, grad):
+            _gram_gradients(src[0], x, r, grad)
+            for a in range(f):
+                out[a] = grad[order[a]]
+
+        return gram
+
+    def design(src, x, res, r, order, f, out, grad):
+        for a in range(f):
+            out[a] = _gradient(src, x, res, r, order[a])
+
+    return design
 
 
 @overload(_diagonal_max, jit_options={"fastmath": FAST})
@@ -480,9 +522,10 @@ def _column(src, r, res, tab, x, q, tol, floor, max_iter, ws, full_stops):
     while it < max_iter:
         it += 1
         # 1. the Newton step on the face: A_FF dz = -(g_F + sigma_F)
+        _free_gradients(src, x, res, r, order, f, b, grad)
         for a in range(f):
             i = order[a]
-            b[a] = -(_gradient(src, x, res, r, i) + _slope(tab, 3, i, q[i]))
+            b[a] = -(b[a] + _slope(tab, 3, i, q[i]))
         _solve_factor(L, b, f, z)
         # 2. the first piece end on the segment x -> x + dz
         alpha = 1.0
@@ -530,7 +573,9 @@ def _column(src, r, res, tab, x, q, tol, floor, max_iter, ws, full_stops):
         if n_viol == 0:
             # done once the free gradients vanish too; else one more Newton step on the
             # face (iterative refinement), at most REFINEMENTS in a row
-            if refined >= REFINEMENTS or _face_is_optimal(src, r, res, tab, x, q, order, f, eps):
+            if refined >= REFINEMENTS or _face_is_optimal(
+                src, r, res, tab, x, q, order, f, eps, z, grad
+            ):
                 status = 1
                 break
             refined += 1
@@ -578,11 +623,13 @@ def _column(src, r, res, tab, x, q, tol, floor, max_iter, ws, full_stops):
 
 
 @njit(nogil=True, fastmath=FAST)
-def _face_is_optimal(src, r, res, tab, x, q, order, f, eps):
-    """The free variables' gradients vanish (to ``eps``): the last Newton step landed."""
+def _face_is_optimal(src, r, res, tab, x, q, order, f, eps, g, grad):
+    """The free variables' gradients vanish (to ``eps``): the last Newton step landed
+    (``g``: f floats, ``grad``: n floats of workspace)."""
+    _free_gradients(src, x, res, r, order, f, g, grad)
     for a in range(f):
         i = order[a]
-        if abs(_gradient(src, x, res, r, i) + _slope(tab, 3, i, q[i])) > eps:
+        if abs(g[a] + _slope(tab, 3, i, q[i])) > eps:
             return False
     return True
 
