@@ -40,7 +40,7 @@ def emu(tmp_path_factory):
 
 # -- the extended set -------------------------------------------------------------------
 #
-# The README's test command (python -m pytest) leaves out the tests marked ``slow``
+# The README's test command (python -m pytest -n auto) leaves out the tests marked ``slow``
 # (pyproject.toml's addopts); CI runs them next (python -m pytest -m slow).  They are listed
 # here, in one place, by node-id prefix, each with why it is long: cross-checks that need
 # a cluster, a compiler, a process pool or a large problem.  Every behaviour they check
