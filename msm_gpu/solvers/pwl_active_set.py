@@ -55,8 +55,7 @@ JOIN_TOL = 1e-10
 
 #: Free variables at a dense design-form column's start from which their products
 #: C_F'C_F come from one BLAS product rather than a dot product each as their factor
-#: rows are built: at 3000 x 300 with 262 free variables the dot products took 31 ms of
-#: a 47 ms Lasso, the GEMM (its rows gathered) a few.
+#: rows are built (measurements: docs/benchmarks/shapes.md).
 START_GEMM_MIN = 32
 
 #: Consecutive candidates the factor refuses before a block join stops trying (each try
@@ -114,20 +113,6 @@ def _gradient_sparse(src, x, res, r, i):
     for p in range(indptr[i], indptr[i + 1]):
         acc += data[p] * res[indices[p]]
     return acc + r[i]
-
-
-@njit(inline="always", fastmath=FAST)
-def _gram_gradients(a, x, r, out):
-    """out = A x + r for a symmetric A: rows of A times x's nonzeros, each a contiguous
-    vectorised update of every entry."""
-    for i in range(out.shape[0]):
-        out[i] = r[i]
-    for k in range(x.shape[0]):
-        xk = x[k]
-        if xk != 0.0:
-            row = a[k]
-            for i in range(out.shape[0]):
-                out[i] += row[i] * xk
 
 
 @njit(inline="always")
@@ -192,10 +177,6 @@ def _gradients(src, x, res, r, out, skip):
     """out[i] = g_i for every variable but those where ``skip`` (one pass over A or C)."""
 
 
-def _free_gradients(src, x, res, r, order, f, out, grad):
-    """out[a] = g_{order[a]} for a < f (``grad``: n floats of workspace)."""
-
-
 def _diagonal_max(src, n):
     """max_i A_ii."""
 
@@ -223,14 +204,9 @@ def _ol_gradient(src, x, res, r, i):
 
 @overload(_gradients, jit_options={"fastmath": FAST})
 def _ol_gradients(src, x, res, r, out, skip):
-    if _form(src) == 0:
-        # Gram form: A x + r as rows of A (symmetric) times x's nonzeros, each a
-        # contiguous vectorised update of every gradient (skip's ones too, unread); a row
-        # of A against x's nonzeros per variable is a branch per entry: on the 100-column
-        # Lasso path of the regression gate (up to 150 nonzeros of 200) the scans were
-        # most of the active set's time
-        return lambda src, x, res, r, out, skip: _gram_gradients(src[0], x, r, out)
-    gradient = form_helpers(src)[0]
+    # the Gram form's gradient (a row of A against x's nonzeros) is measured faster as a
+    # call of its own than inlined in the scan
+    gradient = _gradient if _form(src) == 0 else form_helpers(src)[0]
 
     def scan(src, x, res, r, out, skip):
         for i in range(out.shape[0]):
@@ -238,25 +214,6 @@ def _ol_gradients(src, x, res, r, out, skip):
                 out[i] = gradient(src, x, res, r, i)
 
     return scan
-
-
-@overload(_free_gradients, jit_options={"fastmath": FAST})
-def _ol_free_gradients(src, x, res, r, order, f, out, grad):
-    if _form(src) == 0:
-        # Gram form: every gradient by the vectorised scan, then the free ones (a row of
-        # A against x's nonzeros per free variable branches on every entry)
-        def gram(src, x, res, r, order, f, out, grad):
-            _gram_gradients(src[0], x, r, grad)
-            for a in range(f):
-                out[a] = grad[order[a]]
-
-        return gram
-
-    def design(src, x, res, r, order, f, out, grad):
-        for a in range(f):
-            out[a] = _gradient(src, x, res, r, order[a])
-
-    return design
 
 
 @overload(_diagonal_max, jit_options={"fastmath": FAST})
@@ -324,11 +281,21 @@ def _ol_products(src, order, f, j, out, work):
     return sparse
 
 
+def _gathers_products(src):
+    """Whether a column's many starting free variables take their products from
+    :func:`_start_products` (the dense design form; a constant of the form)."""
+
+
+@overload(_gathers_products)
+def _ol_gathers_products(src):
+    gathers = _form(src) == 1
+    return lambda src: gathers
+
+
 def _start_products(src, cand, nc):
-    """The products A[cand[a], cand[c]] (a, c < nc) of a column's starting free variables,
-    formed at once where that pays (a dense design form with at least
-    :data:`START_GEMM_MIN` of them: one BLAS product of their gathered columns); an empty
-    (0, 0) array elsewhere (their factor rows take their products one by one)."""
+    """The products A[cand[a], cand[c]] (a, c < nc) of a column's starting free variables
+    in one BLAS product of their gathered columns (the dense design form; never called
+    for the others)."""
 
 
 @overload(_start_products, jit_options={"fastmath": FAST})
@@ -337,8 +304,6 @@ def _ol_start_products(src, cand, nc):
         return lambda src, cand, nc: np.empty((0, 0))
 
     def dense(src, cand, nc):
-        if nc < START_GEMM_MIN:
-            return np.empty((0, 0))
         ct, s = src
         m = ct.shape[1]
         # C[:, cand] row-major, the rows of ct gathered as columns (at most the size of C)
@@ -347,8 +312,7 @@ def _ol_start_products(src, cand, nc):
             for a in range(nc):
                 cols[t, a] = ct[cand[a], t]
         g = np.empty((nc, nc))
-        gemm_rm_at(cols, cols, g, 0.0)  # (BLAS through the cacheable intrinsic: np.dot
-        # here added seconds to the kernel's compilation)
+        gemm_rm_at(cols, cols, g, 0.0)  # (not np.dot: far dearer to compile)
         for a in range(nc):
             sa = s[cand[a]]
             for c in range(nc):
@@ -394,8 +358,23 @@ def _slope(tab, t, i, q):
 def _factor_row(src, order, a, L, p, work):
     """Row a of the Cholesky factor L of A[order, order] (rows before a kept).  Returns
     False (row unusable) when its pivot is at most JOIN_TOL A_jj."""
-    j = order[a]
-    ajj = _products(src, order, a, j, p, work)
+    ajj = _products(src, order, a, order[a], p, work)
+    return _factor_row_of(L, a, p, ajj)
+
+
+@njit(nogil=True, fastmath=FAST)
+def _factor_row_from(G, pos, a, f, L, p):
+    """Row f of L as :func:`_factor_row` builds it, its products taken from G, those of
+    the start's candidates (:func:`_start_products`): row f is candidate a, row c < f
+    candidate pos[c] (``p``: f floats of workspace)."""
+    for c in range(f):
+        p[c] = G[a, pos[c]]
+    return _factor_row_of(L, f, p, G[a, a])
+
+
+@njit(nogil=True, fastmath=FAST, inline="always")
+def _factor_row_of(L, a, p, ajj):
+    """Row a of L from its products p[c] = A_{order[a], order[c]} (c < a) and A_jj."""
     for c in range(a):
         acc = p[c]
         for t in range(c):
@@ -407,26 +386,6 @@ def _factor_row(src, order, a, L, p, work):
     if not acc > JOIN_TOL * ajj:
         return False
     L[a, a] = math.sqrt(acc)
-    return True
-
-
-@njit(nogil=True, fastmath=FAST)
-def _factor_row_from(G, pos, a, f, L):
-    """Row f of the Cholesky factor L as :func:`_factor_row` builds it, from the products
-    G of the start's candidates (:func:`_start_products`): row f is candidate a, row c < f
-    candidate pos[c]."""
-    for c in range(f):
-        acc = G[a, pos[c]]
-        for t in range(c):
-            acc -= L[f, t] * L[c, t]
-        L[f, c] = acc / L[c, c]
-    ajj = G[a, a]
-    acc = ajj
-    for t in range(f):
-        acc -= L[f, t] * L[f, t]
-    if not acc > JOIN_TOL * ajj:
-        return False
-    L[f, f] = math.sqrt(acc)
     return True
 
 
@@ -488,26 +447,28 @@ def _column(src, r, res, tab, x, q, tol, floor, max_iter, ws, full_stops):
     n = x.shape[0]
     k_max = L.shape[0]
     scale = _diagonal_max(src, n)
-    # the start's free variables, factorised in turn; those that do not fit are held.
-    # The first k_max of them take their products from one product where that pays
-    nc = 0
+    # the start's free variables, factorised in turn; those that do not fit are held
     for i in range(n):
         infac[i] = False
-        if q[i] % 2 == 1 and nc < k_max:
-            cand[nc] = i
-            nc += 1
-    G = _start_products(src, cand, nc)
     f = _int(0)
-    first = 0  # the variables from here on: products one by one
-    if G.shape[0] == nc and nc > 0:
-        pos = np.empty(nc, dtype=np.int64)
-        for a in range(nc):
-            if _factor_row_from(G, pos, a, f, L):
-                order[f] = cand[a]
-                infac[cand[a]] = True
-                pos[f] = a
-                f += 1
-        first = cand[nc - 1] + 1
+    first = 0  # the variables from here on take their products one by one
+    if _gathers_products(src):
+        # the first k_max of them, if many, from one product of their gathered columns
+        nc = 0
+        for i in range(n):
+            if q[i] % 2 == 1 and nc < k_max:
+                cand[nc] = i
+                nc += 1
+        if nc >= START_GEMM_MIN:
+            G = _start_products(src, cand, nc)
+            pos = np.empty(nc, dtype=np.int64)
+            for a in range(nc):
+                if _factor_row_from(G, pos, a, f, L, b):
+                    order[f] = cand[a]
+                    infac[cand[a]] = True
+                    pos[f] = a
+                    f += 1
+            first = cand[nc - 1] + 1
     for i in range(first, n):
         if q[i] % 2 == 1 and f < k_max:
             order[f] = i
@@ -522,10 +483,9 @@ def _column(src, r, res, tab, x, q, tol, floor, max_iter, ws, full_stops):
     while it < max_iter:
         it += 1
         # 1. the Newton step on the face: A_FF dz = -(g_F + sigma_F)
-        _free_gradients(src, x, res, r, order, f, b, grad)
         for a in range(f):
             i = order[a]
-            b[a] = -(b[a] + _slope(tab, 3, i, q[i]))
+            b[a] = -(_gradient(src, x, res, r, i) + _slope(tab, 3, i, q[i]))
         _solve_factor(L, b, f, z)
         # 2. the first piece end on the segment x -> x + dz
         alpha = 1.0
@@ -573,9 +533,7 @@ def _column(src, r, res, tab, x, q, tol, floor, max_iter, ws, full_stops):
         if n_viol == 0:
             # done once the free gradients vanish too; else one more Newton step on the
             # face (iterative refinement), at most REFINEMENTS in a row
-            if refined >= REFINEMENTS or _face_is_optimal(
-                src, r, res, tab, x, q, order, f, eps, z, grad
-            ):
+            if refined >= REFINEMENTS or _face_is_optimal(src, r, res, tab, x, q, order, f, eps):
                 status = 1
                 break
             refined += 1
@@ -623,13 +581,11 @@ def _column(src, r, res, tab, x, q, tol, floor, max_iter, ws, full_stops):
 
 
 @njit(nogil=True, fastmath=FAST)
-def _face_is_optimal(src, r, res, tab, x, q, order, f, eps, g, grad):
-    """The free variables' gradients vanish (to ``eps``): the last Newton step landed
-    (``g``: f floats, ``grad``: n floats of workspace)."""
-    _free_gradients(src, x, res, r, order, f, g, grad)
+def _face_is_optimal(src, r, res, tab, x, q, order, f, eps):
+    """The free variables' gradients vanish (to ``eps``): the last Newton step landed."""
     for a in range(f):
         i = order[a]
-        if abs(g[a] + _slope(tab, 3, i, q[i])) > eps:
+        if abs(_gradient(src, x, res, r, i) + _slope(tab, 3, i, q[i])) > eps:
             return False
     return True
 
