@@ -83,13 +83,7 @@ def peers_table(repeats=5, seed=0):
     """Rows (case, {solver: (seconds, F relative to the row's lowest)}, nonzeros)."""
     import bench_shapes
 
-    peers = []
-    for name in ("skglm", "celer"):
-        try:
-            __import__(name)
-            peers.append(name)
-        except ImportError:
-            pass
+    peers = [name for name in ("skglm", "celer") if bench_shapes.available(name)]
     rng = np.random.default_rng(seed)
     rows = []
     for m, n, frac, kind in PEER_CASES:
@@ -97,16 +91,9 @@ def peers_table(repeats=5, seed=0):
         d = rng.standard_normal(m)
         lam = frac * float(np.abs(C.T @ d).max())
         calls = {"msm_gpu": lambda C=C, d=d, lam=lam: mg.least_squares(C, d, mg.L1(lam)).x}
-        for name in peers:
-            module = __import__(name)
-            model = module.Lasso(
-                alpha=lam / m,
-                fit_intercept=False,
-                tol=bench_shapes.PEER_TOL[name],
-                max_iter=bench_shapes.PEER_MAX_ITER[name],
-                max_epochs=bench_shapes.MAX_EPOCHS,
-            )
-            calls[name] = lambda model=model, C=C, d=d: np.asarray(model.fit(C, d).coef_)
+        for name in peers:  # bench_shapes' peer settings (PEER_TOL, max_iter, epochs)
+            call = bench_shapes.solver_call(name, {"kind": "lasso"}, C, d, lam, limit=600)
+            calls[name] = lambda call=call: np.asarray(call()[0])
         timed = {name: best_time(fn, repeats) for name, fn in calls.items()}
         f = {name: lasso_objective(C, d, x, lam) for name, (_, x) in timed.items()}
         low = min(f.values())

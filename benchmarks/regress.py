@@ -249,14 +249,9 @@ LASSO_FULL = {("gauss", 100, 5000): (100, 10_000), ("sparse", 2000, 20_000): (10
 
 
 def _peers_installed():
-    peers = []
-    for name in ("skglm", "celer"):
-        try:
-            __import__(name)
-            peers.append(name)
-        except ImportError:
-            pass
-    return peers
+    import bench_shapes
+
+    return [name for name in ("skglm", "celer") if bench_shapes.available(name)]
 
 
 def cell_lasso(case_spec, quick):

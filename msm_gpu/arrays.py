@@ -50,12 +50,12 @@ def retained_empty(shape, dtype, order="C", align: int = HOST_ALIGN) -> np.ndarr
 
     A fresh multi-megabyte array costs a page fault per 4 KB on first touch wherever the
     allocator has given the memory back to the system in between, which any other large
-    allocation and release (the user's own, a peer library's) makes it do: the design
-    form's 500 x 600 copy then took 0.75 ms instead of 0.27.  The kept buffer's pages stay
-    mapped.  The buffer is handed out only while no array made from it is alive (its
-    reference count, which every view holds through its base): a second array wanted while
-    the first is in use, from a nested call or one kept by the caller, is allocated afresh,
-    so no two live arrays ever share memory.  Arrays over :data:`RETAIN_MAX_BYTES` are
+    allocation and release (the user's own, a peer library's) makes it do; the kept
+    buffer's pages stay mapped (docs/development.md, "Input preparation").  The buffer is
+    handed out only while no array made from it is alive (its reference count, which
+    every view holds through its base): a second array wanted while the first is in use,
+    from a nested call or one kept by the caller, is allocated afresh, so no two live
+    arrays ever share memory.  Arrays over :data:`RETAIN_MAX_BYTES` are
     always fresh; :func:`release_retained` drops the calling thread's buffer."""
     dtype = np.dtype(dtype)
     shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(d) for d in shape)
@@ -79,9 +79,8 @@ def _references(holder) -> int:
 
 
 def _free_references() -> int:
-    """What :func:`_references` counts for a buffer nothing else holds: measured, not
-    assumed (how an interpreter counts the references of a call's arguments changes
-    between Python versions)."""
+    """What :func:`_references` counts for a buffer nothing else holds (Python versions
+    count a call's argument references differently)."""
     holder = threading.local()
     holder.raw = np.empty(1, dtype=np.uint8)
     return _references(holder)
