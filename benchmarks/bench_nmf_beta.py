@@ -86,7 +86,9 @@ def compare(Y, k, loss, repeats=3):
     from sklearn.decomposition._nmf import _initialize_nmf
 
     import msm_gpu as mg
+    from _common import settle_allocator
 
+    settle_allocator()  # both timed in a long-running process's allocator state
     W0, H0 = _initialize_nmf(Y, k, init="nndsvda", random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -40,6 +40,10 @@ EPSILON = float(np.finfo(np.float32).eps)
 FIT_NEWTON = 1
 FIT_SWEEPS = 30
 FIT_SWEEP_TOL = 0.1
+#: The Newton kernels' time per counted flop over the tiled MSM sweep's, whose rate
+#: ``sweep_threads``' threshold assumes (docs/development.md, "Threads of the Newton
+#: half-steps").
+SCALAR_COST = 10.0
 #: The objective the Newton loop tracks by the measured changes is evaluated afresh
 #: every this many iterations.
 RESYNC = 10
@@ -160,8 +164,9 @@ def newton_half_step(
         kernel = dense
     # columns in ranges on the sweep threads (the kernels release the GIL): one Newton
     # iteration costs about nnz (k (k + 5) / 2 multiply-adds + a log and two divisions,
-    # counted as 40)
-    work = float(data.nnz) * (k * (k + 5) / 2 + 40) * max(int(newton), 1)
+    # counted as 40), in scalar code at SCALAR_COST times the tiled sweep's time a flop,
+    # the unit of sweep_threads' threshold
+    work = SCALAR_COST * float(data.nnz) * (k * (k + 5) / 2 + 40) * max(int(newton), 1)
     n_threads = sweep_threads(work, c, thread_cap())
     bounds = np.linspace(0, c, 4 * n_threads + 1 if n_threads > 1 else 2).astype(int)
 
