@@ -55,7 +55,10 @@ KIND_BETA = 2
 
 #: LLVM may reassociate sums (vectorised dot products; without it every reduction is a
 #: serial chain) and contract multiply-adds, but keeps IEEE infinities and NaNs (the
-#: barrier's +inf values): not Numba's full fastmath.
+#: barrier's +inf values): not Numba's full fastmath.  The kernels divide with NumPy's
+#: error model (IEEE results, no ZeroDivisionError test, whose branch keeps a loop with a
+#: division from being vectorised); no divisor here can be zero but where a NaN or inf
+#: is tested for.
 FAST = {"reassoc", "contract"}
 
 SIGMA = 1e-4  # Armijo constant
@@ -78,7 +81,7 @@ def kind_of(beta):
     return KIND_BETA
 
 
-@njit(nogil=True, fastmath=FAST)
+@njit(nogil=True, fastmath=FAST, error_model="numpy")
 def entry_value(kind, beta, v, z):
     """d_beta(v | z) of one entry, +inf where z <= 0 makes it infinite; the KL kind
     omits + z (the caller adds fsum'x for all entries)."""
@@ -103,7 +106,7 @@ def entry_value(kind, beta, v, z):
     return zb / beta
 
 
-@njit(nogil=True, fastmath=FAST)
+@njit(nogil=True, fastmath=FAST, error_model="numpy")
 def values(kind, beta, vals, z, cnt, x, fsum, l1, l2):
     """q(x) of one column from z = F x on its entries."""
     total = 0.0
@@ -116,7 +119,7 @@ def values(kind, beta, vals, z, cnt, x, fsum, l1, l2):
     return total
 
 
-@njit(nogil=True, fastmath=FAST)
+@njit(nogil=True, fastmath=FAST, error_model="numpy")
 def derivatives(kind, beta, vals, z, cnt, zmin, d1, d2, iz, zb, fisher_only):
     """phi'(z), the model's weights w and 1/z (and z^beta) at max(z, zmin).  Where
     phi is not convex, w is Fisher's z^(beta-2) (``fisher_only``) or the larger of
@@ -149,7 +152,7 @@ def derivatives(kind, beta, vals, z, cnt, zmin, d1, d2, iz, zb, fisher_only):
                 d2[i] = fisher if fisher_only or true < fisher else true
 
 
-@njit(nogil=True, fastmath=FAST)
+@njit(nogil=True, fastmath=FAST, error_model="numpy")
 def change(kind, beta, vals, z, u, iz, zb, cnt, step, zmin):
     """sum_i phi(z_i + step u_i) - phi(z_i) (the data part of q's change)."""
     total = 0.0
@@ -179,7 +182,37 @@ def change(kind, beta, vals, z, u, iz, zb, cnt, step, zmin):
     return total
 
 
-@njit(nogil=True, fastmath=FAST)
+#: Itakura-Saito's ``change`` by a series where every step ratio r = step u_i / z_i has
+#: s = r / (2 + r) within +-SERIES_S (r in [-1/3, 1/2]): log1p(r) = 2 atanh(s) =
+#: 2 s sum_j s^(2j) / (2j + 1), cut after SERIES_TERMS terms, where the rest is below
+#: 1e-18 of the sum (0.2^24 / 25).
+SERIES_S = 0.2
+SERIES_TERMS = 12
+
+
+@njit(nogil=True, fastmath=FAST, error_model="numpy")
+def is_change_series(vals, z, u, iz, cnt, step, zmin):
+    """``change`` of the Itakura-Saito kind without a logarithm call: one branch-free
+    pass (vectorised, as a loop calling log1p cannot be), equal to ``change`` to
+    rounding.  NaN where some ratio is out of the series' range or some z_i at the
+    floor (``change`` then)."""
+    total = 0.0
+    outside = 0  # a count, not a max: a max of floats keeps LLVM from vectorising
+    for i in range(cnt):
+        r = step * u[i] * iz[i]
+        s = r / (2.0 + r)
+        s2 = s * s
+        poly = 1.0 / (2.0 * SERIES_TERMS - 1.0)
+        for j in range(SERIES_TERMS - 2, -1, -1):
+            poly = poly * s2 + 1.0 / (2.0 * j + 1.0)
+        total += 2.0 * s * poly - vals[i] * iz[i] * r / (1.0 + r)
+        outside += (not abs(s) <= SERIES_S) + (z[i] <= zmin)
+    if outside:
+        return np.nan
+    return total
+
+
+@njit(nogil=True, fastmath=FAST, error_model="numpy")
 def model_sweeps(a, g, x, y, b, k, omega, theta, max_sweeps, sweep_tol):
     """MSM sweeps on min_{y >= 0} (g - A x)'y + 1/2 y'Ay from y = x (y overwritten).
     Returns the number of sweeps."""
@@ -223,7 +256,7 @@ def model_sweeps(a, g, x, y, b, k, omega, theta, max_sweeps, sweep_tol):
     return done
 
 
-@njit(nogil=True, fastmath=FAST)
+@njit(nogil=True, fastmath=FAST, error_model="numpy")
 def model_exact(a, g, x, y, b, k, passive, chol, z):
     """The model's exact minimiser from the sweeps' y (>= 0, overwritten): Lawson &
     Hanson's active set on min_{y >= 0} (g - A x)'y + 1/2 y'Ay, each face by a
@@ -308,7 +341,7 @@ def model_exact(a, g, x, y, b, k, passive, chol, z):
     return False
 
 
-@njit(nogil=True, fastmath=FAST)
+@njit(nogil=True, fastmath=FAST, error_model="numpy")
 def column(kind, beta, ft, vals, cnt, x, fsum, l1, l2, zmin, omega, theta, max_newton,
            max_sweeps, sweep_tol, step_tol, exact, z, d1, d2, iz, zb, u, wrk, a, g, y, b,
            d, passive, chol, zq, counts):  # fmt: skip
@@ -384,12 +417,18 @@ def column(kind, beta, ft, vals, cnt, x, fsum, l1, l2, zmin, omega, theta, max_n
         df = 0.0
         for _ in range(MAX_HALVINGS):
             n_trials += 1
-            df = change(kind, beta, vals, z, u, iz, zb, cnt, step, zmin)
+            df = 0.0  # the penalties' and (KL) the linear part's change
             for t in range(k):
                 sd = step * d[t]
                 df += sd * (l1 + l2 * (x[t] + 0.5 * sd))
                 if kind == KIND_KL:
                     df += fsum[t] * sd
+            data_part = np.nan
+            if kind == KIND_IS:  # small steps: no logarithm calls
+                data_part = is_change_series(vals, z, u, iz, cnt, step, zmin)
+            if data_part != data_part:
+                data_part = change(kind, beta, vals, z, u, iz, zb, cnt, step, zmin)
+            df += data_part
             if df <= SIGMA * step * delta:
                 accepted = True
                 break
@@ -408,7 +447,7 @@ def column(kind, beta, ft, vals, cnt, x, fsum, l1, l2, zmin, omega, theta, max_n
     return total
 
 
-@njit(nogil=True, fastmath=FAST)
+@njit(nogil=True, fastmath=FAST, error_model="numpy")
 def pattern(kind, beta, f_rows, fsum, indptr, indices, values_, xs, c0, c1, l1, l2, zmin,
             omega, theta, max_newton, max_sweeps, sweep_tol, step_tol, exact, evaluate,
             out_f, out_counts):  # fmt: skip
@@ -458,7 +497,7 @@ def pattern(kind, beta, f_rows, fsum, indptr, indices, values_, xs, c0, c1, l1, 
             out_counts[j, q] = counts[q]
 
 
-@njit(nogil=True, fastmath=FAST)
+@njit(nogil=True, fastmath=FAST, error_model="numpy")
 def dense(kind, beta, f_t, fsum, v, xs, c0, c1, l1, l2, zmin, omega, theta, max_newton,
           max_sweeps, sweep_tol, step_tol, exact, evaluate, out_f, out_counts):  # fmt: skip
     """Columns c0..c1-1 reading every entry: column j's data is ``v[j]`` (c x n, C
