@@ -798,6 +798,9 @@ def main(argv=None):
     if unknown:
         parser.error(f"unknown cell(s): {', '.join(unknown)} (see --list)")
     section = "quick" if args.quick else "full"
+    from _common import settle_allocator
+
+    settle_allocator()  # every cell in a long-running process's allocator state
     from _machine import describe
 
     print(describe())
