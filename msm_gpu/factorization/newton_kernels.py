@@ -342,6 +342,47 @@ def model_exact(a, g, x, y, b, k, passive, chol, z):
 
 
 @njit(nogil=True, fastmath=FAST, error_model="numpy")
+def curvature(ft, d2, cnt, k, l2, wrk, a):
+    """A = F' diag(d2) F + l2 I on the column's entries (``ft`` = F's rows, transposed),
+    four rows of A at a time: each load of a row of ``ft`` feeds four dot products
+    (one a row, the dot products' loads, not their multiply-adds, bound the loop)."""
+    t = 0
+    while t < k:
+        rows = min(4, k - t)
+        for q in range(rows):
+            for i in range(cnt):
+                wrk[q, i] = ft[t + q, i] * d2[i]
+        if rows == 4:
+            w0, w1, w2, w3 = wrk[0], wrk[1], wrk[2], wrk[3]
+            for s in range(t + 4):
+                fs = ft[s]
+                acc0 = acc1 = acc2 = acc3 = 0.0
+                for i in range(cnt):
+                    f = fs[i]
+                    acc0 += w0[i] * f
+                    acc1 += w1[i] * f
+                    acc2 += w2[i] * f
+                    acc3 += w3[i] * f
+                a[t, s] = acc0
+                a[t + 1, s] = acc1
+                a[t + 2, s] = acc2
+                a[t + 3, s] = acc3
+        else:
+            for q in range(rows):
+                wq = wrk[q]
+                for s in range(t + q + 1):
+                    acc = 0.0
+                    for i in range(cnt):
+                        acc += wq[i] * ft[s, i]
+                    a[t + q, s] = acc
+        t += rows
+    for t in range(k):  # the lower triangle was formed: mirror it
+        for s in range(t):
+            a[s, t] = a[t, s]
+        a[t, t] += l2
+
+
+@njit(nogil=True, fastmath=FAST, error_model="numpy")
 def column(kind, beta, ft, vals, cnt, x, fsum, l1, l2, zmin, omega, theta, max_newton,
            max_sweeps, sweep_tol, step_tol, exact, z, d1, d2, iz, zb, u, wrk, a, g, y, b,
            d, passive, chol, zq, counts):  # fmt: skip
@@ -367,16 +408,7 @@ def column(kind, beta, ft, vals, cnt, x, fsum, l1, l2, zmin, omega, theta, max_n
             if kind == KIND_KL:
                 acc += fsum[t]
             g[t] = acc + l1 + l2 * x[t]
-        for t in range(k):
-            for i in range(cnt):
-                wrk[i] = ft[t, i] * d2[i]
-            for s in range(t + 1):
-                acc = 0.0
-                for i in range(cnt):
-                    acc += wrk[i] * ft[s, i]
-                a[t, s] = acc
-                a[s, t] = acc
-            a[t, t] += l2
+        curvature(ft, d2, cnt, k, l2, wrk, a)
         # sweeps cost k^2 each, forming A cnt k^2 / 2: a column with few entries gets
         # at most cnt / 2 of them (the model is then cheap to form and needs fewer)
         sweeps_cap = max_sweeps if 2 * max_sweeps <= cnt else max(2, cnt // 2)
@@ -461,7 +493,7 @@ def pattern(kind, beta, f_rows, fsum, indptr, indices, values_, xs, c0, c1, l1, 
         longest = max(longest, indptr[j + 1] - indptr[j])
     ft = np.empty((k, longest))
     z, d1, d2 = np.empty(longest), np.empty(longest), np.empty(longest)
-    iz, zb, u, wrk = np.empty(longest), np.empty(longest), np.empty(longest), np.empty(longest)
+    iz, zb, u, wrk = np.empty(longest), np.empty(longest), np.empty(longest), np.empty((4, longest))
     vals = np.empty(longest)
     a = np.empty((k, k))
     g, y, b, d, x = np.empty(k), np.empty(k), np.empty(k), np.empty(k), np.empty(k)
@@ -506,7 +538,7 @@ def dense(kind, beta, f_t, fsum, v, xs, c0, c1, l1, l2, zmin, omega, theta, max_
     n = v.shape[1]
     m = max(n, 1)
     z, d1, d2 = np.empty(m), np.empty(m), np.empty(m)
-    iz, zb, u, wrk = np.empty(m), np.empty(m), np.empty(m), np.empty(m)
+    iz, zb, u, wrk = np.empty(m), np.empty(m), np.empty(m), np.empty((4, m))
     a = np.empty((k, k))
     g, y, b, d, x = np.empty(k), np.empty(k), np.empty(k), np.empty(k), np.empty(k)
     passive = np.zeros(k, dtype=np.bool_)
