@@ -213,9 +213,9 @@ def is_change_series(vals, z, u, iz, cnt, step, zmin):
 
 
 @njit(nogil=True, fastmath=FAST, error_model="numpy")
-def model_sweeps(a, g, x, y, b, k, omega, theta, max_sweeps, sweep_tol):
-    """MSM sweeps on min_{y >= 0} (g - A x)'y + 1/2 y'Ay from y = x (y overwritten).
-    Returns the number of sweeps."""
+def model_sweeps(a, g, x, y, b, inv_b, k, omega, theta, max_sweeps, sweep_tol):
+    """MSM sweeps on min_{y >= 0} (g - A x)'y + 1/2 y'Ay from y = x (y overwritten;
+    ``inv_b`` gets 1 / B_tt, 0 where B_tt <= 0).  Returns the number of sweeps."""
     for t in range(k):
         acc = g[t]
         for s in range(k):
@@ -226,6 +226,9 @@ def model_sweeps(a, g, x, y, b, k, omega, theta, max_sweeps, sweep_tol):
     for t in range(k):
         mean_diag += a[t, t]
     theta_abs = theta * mean_diag / k
+    for t in range(k):  # B's diagonal inverted once, not in every sweep
+        bt = (a[t, t] + theta_abs) / omega
+        inv_b[t] = 1.0 / bt if bt > 0.0 else 0.0
     first = -1.0
     done = 0
     for _ in range(max_sweeps):
@@ -234,9 +237,8 @@ def model_sweeps(a, g, x, y, b, k, omega, theta, max_sweeps, sweep_tol):
             grad = b[t]
             for s in range(k):
                 grad += a[t, s] * y[s]
-            bt = (a[t, t] + theta_abs) / omega
-            if bt > 0.0:
-                new = y[t] - grad / bt
+            if inv_b[t] > 0.0:
+                new = y[t] - grad * inv_b[t]
                 if new < 0.0:
                     new = 0.0
             elif grad > 0.0:  # no curvature, rising: the minimum is at the bound
@@ -412,7 +414,8 @@ def column(kind, beta, ft, vals, cnt, x, fsum, l1, l2, zmin, omega, theta, max_n
         # sweeps cost k^2 each, forming A cnt k^2 / 2: a column with few entries gets
         # at most cnt / 2 of them (the model is then cheap to form and needs fewer)
         sweeps_cap = max_sweeps if 2 * max_sweeps <= cnt else max(2, cnt // 2)
-        n_sweeps += model_sweeps(a, g, x, y, b, k, omega, theta, sweeps_cap, sweep_tol)
+        # (d, the step, is formed after the sweeps: until then it holds 1 / B_tt)
+        n_sweeps += model_sweeps(a, g, x, y, b, d, k, omega, theta, sweeps_cap, sweep_tol)
         if exact:  # the sweeps' point finished exactly (solves to convergence)
             model_exact(a, g, x, y, b, k, passive, chol, zq)
         n_newton += 1
