@@ -265,6 +265,9 @@ def main(argv=None):
         help="SparseLogisticRegression at its default alpha beside liblinear, raw data",
     )
     args = parser.parse_args(argv)
+    from _common import settle_allocator
+
+    settle_allocator()  # peers timed in one allocator state (_common's docstring)
     print(describe())
     if args.estimator:
         mg.SparseLogisticRegression().fit(*estimator_data("synthetic"))  # JIT warm-up

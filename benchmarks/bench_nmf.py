@@ -388,6 +388,9 @@ def main(argv=None):
     ap.add_argument("--out", default="benchmarks/results", help="folder for the PNG plots")
     ap.add_argument("--target", action="store_true", help="MSM vs sklearn cd target only")
     args = ap.parse_args(argv)
+    from _common import settle_allocator
+
+    settle_allocator()  # peers timed in one allocator state (_common's docstring)
 
     quick = args.quick
     ranks = args.ranks or ([10, 20] if quick else [10, 20, 50, 100])

@@ -82,11 +82,11 @@ def _timed(fit, repeats):
 
 def compare(Y, k, loss, repeats=3):
     """One data set: the numbers of the module docstring, as a dict."""
+    from _common import settle_allocator
     from sklearn.decomposition import NMF as SkNMF
     from sklearn.decomposition._nmf import _initialize_nmf
 
     import msm_gpu as mg
-    from _common import settle_allocator
 
     settle_allocator()  # both timed in a long-running process's allocator state
     W0, H0 = _initialize_nmf(Y, k, init="nndsvda", random_state=0)

@@ -64,6 +64,9 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args(argv)
+    from _common import settle_allocator
+
+    settle_allocator()  # peers timed in one allocator state (_common's docstring)
 
     from sklearn.decomposition import NMF as SkNMF
     from sklearn.decomposition._nmf import _initialize_nmf

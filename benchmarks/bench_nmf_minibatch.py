@@ -106,6 +106,9 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args(argv)
+    from _common import settle_allocator
+
+    settle_allocator()  # peers timed in one allocator state (_common's docstring)
     if args.threads:
         import os
 

@@ -208,6 +208,9 @@ def main(argv=None):
         help="wall time, or CPU time of the process summed over its threads",
     )
     args = parser.parse_args(argv)
+    from _common import settle_allocator
+
+    settle_allocator()  # peers timed in one allocator state (_common's docstring)
     global CLOCK
     CLOCK = time.perf_counter if args.clock == "wall" else time.process_time
     print(describe())

@@ -581,6 +581,9 @@ def main(argv=None):
     parser.add_argument("--compact", action="store_true", help="with --from-json: a row per case")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    from _common import settle_allocator
+
+    settle_allocator()  # peers timed in one allocator state (_common's docstring)
     if args.worker:
         serve(handle)
         return

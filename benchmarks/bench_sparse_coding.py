@@ -460,6 +460,9 @@ def main(argv=None):
         "--repeat", type=int, default=1, help="speed: K-SVD and MSM runs per cell (least time)"
     )
     args = parser.parse_args(argv)
+    from _common import settle_allocator
+
+    settle_allocator()  # peers timed in one allocator state (_common's docstring)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     print(machine_info())
     {"figure3": figure3, "table": table, "lam-sweep": lam_sweep, "speed": speed}[args.what](args)

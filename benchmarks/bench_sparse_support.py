@@ -220,6 +220,9 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="small sizes (the gate's)")
     parser.add_argument("--cells", nargs="*", default=list(CELLS), choices=list(CELLS))
     args = parser.parse_args(argv)
+    from _common import settle_allocator
+
+    settle_allocator()  # peers timed in one allocator state (_common's docstring)
     for name in args.cells:
         for row in CELLS[name](args.quick):
             print(

@@ -147,6 +147,9 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 300, 1000])
     args = parser.parse_args(argv)
+    from _common import settle_allocator
+
+    settle_allocator()  # peers timed in one allocator state (_common's docstring)
     warnings.filterwarnings("ignore")  # the peers' convergence warnings: F tells
     if args.table in ("peers", "both"):
         print("| case | nonzeros | solver: ms (F above the row's lowest) |\n|---|---:|---|")

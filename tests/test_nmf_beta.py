@@ -153,7 +153,7 @@ def test_fit_is_the_same_on_one_thread_and_on_two(monkeypatch, loss):
         monkeypatch.setenv("OMP_NUM_THREADS", threads)
         model = mg.NMF(6, beta_loss=loss, max_iter=15, random_state=0)
         fits.append((model.fit_transform(Y), model.components_, model.history_[:, 1]))
-    for one, two in zip(*fits):
+    for one, two in zip(*fits, strict=True):
         np.testing.assert_array_equal(one, two)
 
 
