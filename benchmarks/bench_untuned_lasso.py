@@ -14,8 +14,10 @@ the lowest of the row.
 ``forms``: the design form against the Gram form (``representation=`` forced) for a tall
 or square C: Gaussian and AR(1) (rho 0.6) designs, a 10-sparse planted answer with 10%
 noise or a random d, Lasso at 0.05 and 0.3 lambda_max and NNLS; the ratio is the Gram
-form's time over the design form's (below 1: the Gram form was faster).  The default
-(``representation="auto"``) picks the design form for one right-hand side.
+form's time over the design form's (below 1: the Gram form was faster), and the default
+(``representation="auto"``) beside them with the form it took: the design form for one
+right-hand side, except for a tall C whose first sweep frees most variables of an l1
+problem (``msm_gpu.finish.design_form.GRAM_PROBE_ROWS``).
 
     python benchmarks/bench_untuned_lasso.py                 # both tables (~3 min)
     python benchmarks/bench_untuned_lasso.py --table forms --sizes 300 1000
@@ -104,7 +106,8 @@ def peers_table(repeats=5, seed=0):
 
 
 def forms_table(sizes=(100, 300, 1000), ratios=(1.2, 3, 10), repeats=5, seed=0):
-    """Rows (m, n, design, data, penalty, nonzeros, design seconds, Gram seconds)."""
+    """Rows (m, n, design, data, penalty, nonzeros, design seconds, Gram seconds, default
+    seconds, the form the default took)."""
     rng = np.random.default_rng(seed)
     rows = []
     for n in sizes:
@@ -136,8 +139,12 @@ def forms_table(sizes=(100, 300, 1000), ratios=(1.2, 3, 10), repeats=5, seed=0):
 
                         t_design, res = best_time(lambda s=solve: s("design"), repeats)
                         t_gram, _ = best_time(lambda s=solve: s("gram"), repeats)
+                        t_auto, auto = best_time(lambda s=solve: s("auto"), repeats)
+                        form = auto.info["representation"]
                         nonzeros = int(np.count_nonzero(res.x))
-                        rows.append((m, n, kind, data, pen, nonzeros, t_design, t_gram))
+                        rows.append(
+                            (m, n, kind, data, pen, nonzeros, t_design, t_gram, t_auto, form)
+                        )
     return rows
 
 
@@ -157,13 +164,16 @@ def main(argv=None):
             text = ", ".join(f"{k} {t * 1e3:.2f} ({g:.1e})" for k, (t, g) in cells.items())
             print(f"| {kind} {m} x {n}, {frac:g} lambda_max | {nonzeros} | {text} |", flush=True)
     if args.table in ("forms", "both"):
-        print("\n| C | design | data | penalty | nonzeros | design ms | Gram ms | Gram / design |")
-        print("|---|---|---|---|---:|---:|---:|---:|")
+        print(
+            "\n| C | design | data | penalty | nonzeros | design ms | Gram ms | Gram / design "
+            "| default ms (form) |"
+        )
+        print("|---|---|---|---|---:|---:|---:|---:|---:|")
         rows = forms_table(tuple(args.sizes), repeats=args.repeats)
-        for m, n, kind, data, pen, nz, t_d, t_g in rows:
+        for m, n, kind, data, pen, nz, t_d, t_g, t_a, form in rows:
             print(
                 f"| {m} x {n} | {kind} | {data} | {pen} | {nz} | {t_d * 1e3:.2f} | "
-                f"{t_g * 1e3:.2f} | {t_g / t_d:.2f} |",
+                f"{t_g * 1e3:.2f} | {t_g / t_d:.2f} | {t_a * 1e3:.2f} ({form}) |",
                 flush=True,
             )
 

@@ -327,7 +327,19 @@ def _least_squares_whole(
                 **user_options,
             )
 
-        return solve_design(base, options, started, gram_fallback)
+        def gram_from(x0_user):  # the prepared problem in the Gram form, from x0_user
+            res = solve_prepared(
+                gram_problem(replace(base, user_x0=x0_user), penalty, fine_gram=options.finishes),
+                started,
+                options,
+            )
+            res.info["representation"] = "gram"
+            return res
+
+        auto = representation == "auto"
+        return solve_design(
+            base, options, started, gram_fallback, gram_from=gram_from if auto else None
+        )
     problem = gram_problem(base, penalty, fine_gram=options.finishes)
     result = solve_prepared(problem, started, options)
     result.info["representation"] = "gram"

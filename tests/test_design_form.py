@@ -309,3 +309,59 @@ def test_a_start_with_many_free_variables_factorised_from_one_product(name, dupl
         if not duplicated:  # unique optimum
             x_gram, _, _ = pwl_active_set(c.T @ c, -(c.T @ d)[:, None], faces, np.zeros((n, 1)))
             np.testing.assert_allclose(x, x_gram, atol=1e-9)
+
+
+def _tall_lasso(m, n, planted, seed, positive=False):
+    rng = np.random.default_rng(seed)
+    c = rng.standard_normal((m, n))
+    if planted:  # ten nonzeros, 10 % noise: the answer holds about ten variables
+        x = np.zeros(n)
+        x[rng.choice(n, 10, replace=False)] = rng.uniform(1, 2, 10)
+        d = c @ x + 0.1 * rng.standard_normal(m) * np.linalg.norm(c @ x) / np.sqrt(m)
+    elif positive:  # a positive combination of every column: most variables positive
+        d = c @ rng.uniform(0.0, 1.0, n) + rng.standard_normal(m)
+    else:  # a random d: the answer holds most variables
+        d = rng.standard_normal(m)
+    lam = 0.05 * float(np.abs(c.T @ d).max())
+    return c, d, (mg.NonNegL1(lam) if positive else mg.L1(lam))
+
+
+@pytest.mark.parametrize("positive", [False, True])
+def test_a_tall_lasso_whose_answer_holds_most_variables_goes_to_the_gram_form(positive):
+    """One sweep from 0 frees most variables of a tall C: the Gram form takes the call
+    (C'C by BLAS), and its answer is the design form's and scikit-learn's."""
+    from sklearn.linear_model import Lasso
+
+    c, d, penalty = _tall_lasso(900, 250, planted=False, seed=3, positive=positive)
+    res = mg.least_squares(c, d, penalty)
+    assert res.info["representation"] == "gram" and "design_probe" in res.info
+    assert np.count_nonzero(res.x) > 0.6 * 250
+    forced = mg.least_squares(c, d, penalty, representation="design")
+    assert forced.info["representation"] == "design" and "design_probe" not in forced.info
+    ref = Lasso(alpha=penalty.lam / 900, fit_intercept=False, tol=1e-14, max_iter=100_000,
+                positive=positive).fit(c, d).coef_  # fmt: skip
+    f = [_lasso_f(c, d, x, penalty.lam) for x in (res.x, forced.x, ref)]
+    assert f[0] <= min(f) * (1 + 1e-12)
+    assert bool(res.converged)
+
+
+def _lasso_f(c, d, x, lam):
+    r = c @ x - d
+    return 0.5 * float(r @ r) + lam * float(np.abs(x).sum())
+
+
+def test_a_tall_lasso_with_a_sparse_answer_stays_in_the_design_form():
+    c, d, penalty = _tall_lasso(900, 250, planted=True, seed=4)
+    res = mg.least_squares(c, d, penalty)
+    assert res.info["representation"] == "design" and "design_probe" not in res.info
+    assert np.count_nonzero(res.x) < 40
+
+
+def test_no_probe_from_a_warm_start_nor_below_its_size():
+    c, d, penalty = _tall_lasso(900, 250, planted=False, seed=3)
+    warm = mg.least_squares(c, d, penalty, x0=np.zeros(250))
+    assert warm.info["representation"] == "design" and "design_probe" not in warm.info
+    small = mg.least_squares(*_tall_lasso(900, 150, planted=False, seed=3))
+    assert small.info["representation"] == "design" and "design_probe" not in small.info
+    cold = mg.least_squares(c, d, penalty)
+    assert cold.fun == pytest.approx(warm.fun, rel=1e-12)

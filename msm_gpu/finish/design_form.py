@@ -26,6 +26,7 @@ from .._input.scaling import equilibration, row_scaled_penalty
 from ..arrays import is_sparse, to_host
 from ..backends.cpu.jit import njit
 from ..backends.cpu.threads import blas_controller
+from ..penalties import L1
 from ..result import SolveResult
 from ..solvers.design_msm import design_sweeps, free_counts
 from ..solvers.projected_newton import projected_newton_on_source
@@ -60,6 +61,22 @@ GRAM_AFTER = 16
 #: variables keeps them; below the floor the factor costs less than the Gram form's set-up.
 GRAM_FACTOR_SHARE = 4
 GRAM_FACTOR_MIN_GROWTH = 256
+
+#: A dense C with at least GRAM_PROBE_ROWS times as many rows as columns, an l1 penalty,
+#: a cold start and the Gram form allowed ("auto"): where GRAM_PROBE_SHARE of the
+#: variables violate the optimality conditions at 0 and one plain sweep leaves that
+#: share free (on average over the columns), the Gram form takes the call
+#: (:func:`_gram_probe`).  With most variables free the design form's sweeps and its
+#: factor from column products cost 1.3-4x the Gram form's one BLAS product C'C and its
+#: active set; one sweep from 0 frees 0.9-1.1x the answer's nonzeros where it holds most
+#: variables, at most 0.4 n where it holds ten (docs/benchmarks/shapes.md, "Design or
+#: Gram form").
+GRAM_PROBE_ROWS = 2
+GRAM_PROBE_SHARE = 0.6
+#: ... with at least this many columns: below, the two forms differ by under a
+#: millisecond, and the test itself (a product C'D) would cost the design form's answers
+#: of a few nonzeros several percent.
+GRAM_PROBE_MIN_N = 200
 
 #: A sparse C with more columns than this is solved in the design form: its Gram matrix
 #: would be a dense n x n array (32 MB at n = 2048).
@@ -129,21 +146,71 @@ def choose_representation(requested, shape, sparse, n_rhs, why_not, exact=True):
     return "gram"
 
 
-def solve_design(problem, options, started, gram_fallback):
+def solve_design(problem, options, started, gram_fallback, *, gram_from=None):
     """Solve a prepared least-squares problem (:class:`msm_gpu._input.problem.DesignProblem`) in
     the design form.
 
     Convex penalty with a finish: MSM sweeps, then the active set.  Columns it leaves
     unfinished (``max_iter`` face solves, or F unbounded along a direction of zero
     curvature: rounding) are handed to ``gram_fallback(cols, x0_user)``, which solves
-    those columns in the Gram form (n <= PWL_MAX_N).  Otherwise: plain MSM sweeps (and the
-    support polish for L0/Lp with a finish)."""
+    those columns in the Gram form (n <= PWL_MAX_N).  ``gram_from(x0_user)``, where given
+    (the form was chosen by "auto"), solves the whole call in the Gram form from the
+    prepared problem: a tall dense C whose first sweep frees most variables goes there
+    (``GRAM_PROBE_ROWS``).  Otherwise: plain MSM sweeps (and the support polish for L0/Lp
+    with a finish)."""
     # every product here is thin (a column or a few): BLAS threads cost more than they
     # save, and the sweeps and the active set run their columns on the sweep's threads
     with blas_controller().limit(limits=1, user_api="blas"):
-        if exact_road(options, problem.penalty):
-            return _solve_exact(problem, options, started, gram_fallback)
-        return _solve_plain(problem, options, started)
+        if not exact_road(options, problem.penalty):
+            return _solve_plain(problem, options, started)
+        out = _solve_exact(problem, options, started, gram_fallback, gram_from is not None)
+    if isinstance(out, SolveResult):
+        return out
+    x0_user, note = out  # the probe handed the call over (C'C formed by threaded BLAS)
+    res = gram_from(x0_user)
+    res.info["design_probe"] = note
+    return res
+
+
+def _probes(problem, shape):
+    """The Gram form may take this call after a probing sweep (``GRAM_PROBE_ROWS``): a
+    tall dense C, an l1 penalty, a cold start."""
+    m, n = shape
+    return (
+        not problem.design.c_kind.sparse
+        and m >= GRAM_PROBE_ROWS * n
+        and GRAM_PROBE_MIN_N <= n <= ACTIVE_SET_MAX_N
+        and isinstance(problem.penalty, L1)
+        and problem.user_x0 is None
+    )
+
+
+def _gram_probe(source, c, d, y, s, diag, b_diag, penalty, threads):
+    """Why the Gram form should take this call (a note), or None: most variables violate
+    the optimality conditions at 0, and one sweep from 0 (y, updated) leaves
+    GRAM_PROBE_SHARE of them free.  The Gram form then starts from the caller's start:
+    from the sweep's iterate its active set took up to twice as long (its block join
+    frees variables the answer does not hold, and removes them one a step)."""
+    n = c.shape[1]
+    if _violators_at_zero(c, d, s, penalty) < GRAM_PROBE_SHARE * n:
+        return None
+    design_sweeps(source, d, y, diag, b_diag, penalty, 0.0, warm=1, cap=1, threads=threads)
+    free = float(free_counts(y, penalty).mean())
+    if free < GRAM_PROBE_SHARE * n:
+        return None
+    return f"{free:.0f} of {n} variables free after one design-form sweep: solved in the Gram form"
+
+
+def _violators_at_zero(c, d, s, penalty):
+    """The mean count per column of the l1 penalty's variables that violate the optimality
+    conditions at y = 0 (|g_j| above lam_j in a direction the bounds allow): one product
+    C'D.  A sweep from 0 frees few more, so fewer than GRAM_PROBE_SHARE of n spares the
+    probing sweep (an answer of ten nonzeros pays this product only)."""
+    grad = -(c.T @ d) * s[:, None]
+    params = penalty.table(c.shape[1])
+    lam, lb, ub = params[:, 0:1], params[:, 1:2], params[:, 2:3]
+    moves = ((grad < -lam) & (ub > 0.0)) | ((grad > lam) & (lb < 0.0))
+    return float(np.count_nonzero(moves) / max(grad.shape[1], 1))
 
 
 def _host_design(problem):
@@ -159,7 +226,9 @@ def _host_design(problem):
     return c, d, (_column_norms_squared(c) if norms is None else norms)
 
 
-def _solve_exact(problem, options, started, gram_fallback):
+def _solve_exact(problem, options, started, gram_fallback, probe=False):
+    """The exact road; where ``probe`` and a probing sweep frees most variables of a tall
+    C (:func:`_probes`): (x0 for the Gram form in the user's units, a note) instead."""
     opts = options.checked(problem.design.c.shape[1])
     design = problem.design
     c, d, norms = _host_design(problem)
@@ -177,6 +246,10 @@ def _solve_exact(problem, options, started, gram_fallback):
     # the splitting's B (a warm start: no convergence check, and a zero column of C with
     # theta = 0 is skipped by the sweep rather than refused)
     b_diag = b_diagonal(diag_s, opts.omega, relative_theta(diag_s, opts.theta))
+    if probe and _probes(problem, c.shape):
+        note = _gram_probe(source, c, d, y, s, diag_s, b_diag, pen_s, opts.threads)
+        if note is not None:
+            return problem.user_x0, note
     sweeps = design_sweeps(
         source, d, y, diag_s, b_diag, pen_s, opts.tol, working_set=True, threads=opts.threads
     )
