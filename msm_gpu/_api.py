@@ -196,8 +196,9 @@ def least_squares(
         residual C x - d, forming nothing n x n (the exact finish's active set from x0,
         on the CPU, convex penalties, no callback or progress bar).  "auto" (default):
         the design form for a wide C (n > m), a sparse C with n > 2048 columns, or few
-        right-hand sides (16 r < n), where it applies.  Reported in
-        ``res.info["representation"]``.
+        right-hand sides (16 r < n), where it applies, except a tall dense C with an l1
+        penalty whose first sweep frees most variables (``res.info["design_probe"]``).
+        Reported in ``res.info["representation"]``.
 
     Returns
     -------
