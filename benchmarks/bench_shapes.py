@@ -177,6 +177,10 @@ def make_problem(c, seed=0):
             rho = 0.6
             C[:, 0] /= np.sqrt(1 - rho**2)
             C = np.ascontiguousarray(lfilter([np.sqrt(1 - rho**2)], [1.0, -rho], C, axis=1))
+    if design == "gauss_dense":  # a Gaussian C and a random D: answers hold most variables
+        D = rng.standard_normal((m, r))
+        lam = c["frac"] * float(np.max(np.abs(C.T @ D))) if kind == "lasso" else 0.0
+        return C, (D[:, 0] if r == 1 else D), lam
     s = min(10, n)
     X = np.zeros((n, r))
     for k in range(r):

@@ -15,7 +15,9 @@ in turn in the same process (each the best of k interleaved runs), lower is bett
   a regression too).
 * ``lasso/<case>``: ``mg.least_squares(C, d, mg.L1(lam))`` over the faster of skglm and
   celer (bench_shapes.py's cases and peer tolerances), where installed; msm's objective
-  must not be above the peer's by more than 1e-8 relative.
+  must not be above the peer's by more than 1e-8 relative.  Their answers are 10-sparse
+  (planted), except ``gauss_dense`` (a random d: a tall C whose answer holds most
+  variables, which the design form hands to the Gram form).
 * ``nmf/<data>``: ``mg.NMF(...).fit`` over scikit-learn's ``NMF(solver="cd")`` from the
   same start, both at their defaults, BLAS on one thread; msm's final error must not be
   above scikit-learn's by more than 1e-3 relative.  ``... to cd``: the time the same
@@ -243,6 +245,7 @@ LASSO_CASES = [
     ("gauss", 500, 600, 0.1, None),
     ("gauss", 100, 5000, 0.1, None),
     ("gauss", 2000, 100, 0.05, None),
+    ("gauss_dense", 1000, 300, 0.05, None),  # tall, a dense answer: the Gram form's road
     ("sparse", 2000, 20_000, 0.1, 1e-3),
 ]
 LASSO_FULL = {("gauss", 100, 5000): (100, 10_000), ("sparse", 2000, 20_000): (10_000, 100_000)}
