@@ -313,6 +313,13 @@ def _least_squares_whole(
         why_not,
         exact_road(options, penalty),
     )
+
+    def solve_gram():  # the prepared problem in the Gram form (C'C formed once)
+        problem = gram_problem(base, penalty, fine_gram=options.finishes)
+        result = solve_prepared(problem, started, options)
+        result.info["representation"] = "gram"
+        return result
+
     if form == "design":
 
         def gram_fallback(cols, x0_cols):
@@ -327,20 +334,8 @@ def _least_squares_whole(
                 **user_options,
             )
 
-        def gram_from(x0_user):  # the prepared problem in the Gram form, from x0_user
-            res = solve_prepared(
-                gram_problem(replace(base, user_x0=x0_user), penalty, fine_gram=options.finishes),
-                started,
-                options,
-            )
-            res.info["representation"] = "gram"
-            return res
-
         auto = representation == "auto"
         return solve_design(
-            base, options, started, gram_fallback, gram_from=gram_from if auto else None
+            base, options, started, gram_fallback, gram_from=solve_gram if auto else None
         )
-    problem = gram_problem(base, penalty, fine_gram=options.finishes)
-    result = solve_prepared(problem, started, options)
-    result.info["representation"] = "gram"
-    return result
+    return solve_gram()

@@ -153,11 +153,10 @@ def solve_design(problem, options, started, gram_fallback, *, gram_from=None):
     Convex penalty with a finish: MSM sweeps, then the active set.  Columns it leaves
     unfinished (``max_iter`` face solves, or F unbounded along a direction of zero
     curvature: rounding) are handed to ``gram_fallback(cols, x0_user)``, which solves
-    those columns in the Gram form (n <= PWL_MAX_N).  ``gram_from(x0_user)``, where given
-    (the form was chosen by "auto"), solves the whole call in the Gram form from the
-    prepared problem: a tall dense C whose first sweep frees most variables goes there
-    (``GRAM_PROBE_ROWS``).  Otherwise: plain MSM sweeps (and the support polish for L0/Lp
-    with a finish)."""
+    those columns in the Gram form (n <= PWL_MAX_N).  ``gram_from()``, where given (the
+    form was chosen by "auto"), solves the whole prepared problem in the Gram form: a
+    tall dense C whose first sweep frees most variables goes there (``GRAM_PROBE_ROWS``).
+    Otherwise: plain MSM sweeps (and the support polish for L0/Lp with a finish)."""
     # every product here is thin (a column or a few): BLAS threads cost more than they
     # save, and the sweeps and the active set run their columns on the sweep's threads
     with blas_controller().limit(limits=1, user_api="blas"):
@@ -166,9 +165,8 @@ def solve_design(problem, options, started, gram_fallback, *, gram_from=None):
         out = _solve_exact(problem, options, started, gram_fallback, gram_from is not None)
     if isinstance(out, SolveResult):
         return out
-    x0_user, note = out  # the probe handed the call over (C'C formed by threaded BLAS)
-    res = gram_from(x0_user)
-    res.info["design_probe"] = note
+    res = gram_from()  # the probe handed the call over (C'C formed by threaded BLAS)
+    res.info["design_probe"] = out
     return res
 
 
@@ -188,9 +186,9 @@ def _probes(problem, shape):
 def _gram_probe(source, c, d, y, s, diag, b_diag, penalty, threads):
     """Why the Gram form should take this call (a note), or None: most variables violate
     the optimality conditions at 0, and one sweep from 0 (y, updated) leaves
-    GRAM_PROBE_SHARE of them free.  The Gram form then starts from the caller's start:
-    from the sweep's iterate its active set took up to twice as long (its block join
-    frees variables the answer does not hold, and removes them one a step)."""
+    GRAM_PROBE_SHARE of them free.  The Gram form then starts from 0 (the probe runs on
+    cold starts only): from the sweep's iterate its active set took up to twice as long
+    (its block join frees variables the answer does not hold, removed one a step)."""
     n = c.shape[1]
     if _violators_at_zero(c, d, s, penalty) < GRAM_PROBE_SHARE * n:
         return None
@@ -228,7 +226,7 @@ def _host_design(problem):
 
 def _solve_exact(problem, options, started, gram_fallback, probe=False):
     """The exact road; where ``probe`` and a probing sweep frees most variables of a tall
-    C (:func:`_probes`): (x0 for the Gram form in the user's units, a note) instead."""
+    C (:func:`_probes`): a note saying so instead, for the Gram form to take the call."""
     opts = options.checked(problem.design.c.shape[1])
     design = problem.design
     c, d, norms = _host_design(problem)
@@ -249,7 +247,7 @@ def _solve_exact(problem, options, started, gram_fallback, probe=False):
     if probe and _probes(problem, c.shape):
         note = _gram_probe(source, c, d, y, s, diag_s, b_diag, pen_s, opts.threads)
         if note is not None:
-            return problem.user_x0, note
+            return note
     sweeps = design_sweeps(
         source, d, y, diag_s, b_diag, pen_s, opts.tol, working_set=True, threads=opts.threads
     )
