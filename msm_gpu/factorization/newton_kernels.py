@@ -213,15 +213,17 @@ def is_change_series(vals, z, u, iz, cnt, step, zmin):
 
 
 @njit(nogil=True, fastmath=FAST, error_model="numpy")
-def model_sweeps(a, g, x, y, b, inv_b, k, omega, theta, max_sweeps, sweep_tol):
+def model_sweeps(a, g, x, y, b, inv_b, grad, k, omega, theta, max_sweeps, sweep_tol):
     """MSM sweeps on min_{y >= 0} (g - A x)'y + 1/2 y'Ay from y = x (y overwritten;
-    ``inv_b`` gets 1 / B_tt, 0 where B_tt <= 0).  Returns the number of sweeps."""
+    ``b`` gets g - A x, ``inv_b`` 1 / B_tt, 0 where B_tt <= 0; ``grad`` is workspace).
+    Returns the number of sweeps."""
     for t in range(k):
         acc = g[t]
         for s in range(k):
             acc -= a[t, s] * x[s]
         b[t] = acc
         y[t] = x[t]
+        grad[t] = g[t]  # b + A y at y = x
     mean_diag = 0.0
     for t in range(k):
         mean_diag += a[t, t]
@@ -234,20 +236,23 @@ def model_sweeps(a, g, x, y, b, inv_b, k, omega, theta, max_sweeps, sweep_tol):
     for _ in range(max_sweeps):
         moved = 0.0
         for t in range(k):
-            grad = b[t]
-            for s in range(k):
-                grad += a[t, s] * y[s]
             if inv_b[t] > 0.0:
-                new = y[t] - grad * inv_b[t]
+                new = y[t] - grad[t] * inv_b[t]
                 if new < 0.0:
                     new = 0.0
-            elif grad > 0.0:  # no curvature, rising: the minimum is at the bound
+            elif grad[t] > 0.0:  # no curvature, rising: the minimum is at the bound
                 new = 0.0
             else:  # no curvature, falling or flat: no finite step here
                 continue
             diff = new - y[t]
-            moved += diff * diff
-            y[t] = new
+            if diff != 0.0:
+                # the gradient kept up to date by A's column t (A symmetric: its row),
+                # an update free of the dot product's dependency chain, skipped for
+                # the variables that stay at 0
+                for s in range(k):
+                    grad[s] += a[t, s] * diff
+                moved += diff * diff
+                y[t] = new
         done += 1
         if first < 0.0:
             first = moved
@@ -393,6 +398,82 @@ def curvature(ft, d2, cnt, k, l2, wrk, a):
 
 
 @njit(nogil=True, fastmath=FAST, error_model="numpy")
+def direction(a, g, x, y, b, d, k, cnt, omega, theta, max_sweeps, sweep_tol, step_tol,
+              exact, passive, chol, zq):  # fmt: skip
+    """The model's step d = y - x from its curvature ``a`` and gradient ``g`` (step 2 of
+    the module docstring).  Returns (sweeps, the predicted change g'd), the change NaN
+    where the column is done: no descent above rounding, or a step below ``step_tol``."""
+    # sweeps cost k^2 each, forming A cnt k^2 / 2: a column with few entries gets
+    # at most cnt / 2 of them (the model is then cheap to form and needs fewer)
+    sweeps_cap = max_sweeps if 2 * max_sweeps <= cnt else max(2, cnt // 2)
+    # (d, the step, is formed after the sweeps: until then it holds 1 / B_tt)
+    sweeps = model_sweeps(a, g, x, y, b, d, zq, k, omega, theta, sweeps_cap, sweep_tol)
+    if exact:  # the sweeps' point finished exactly (solves to convergence)
+        model_exact(a, g, x, y, b, k, passive, chol, zq)
+    delta = 0.0
+    size = 0.0
+    for t in range(k):
+        d[t] = y[t] - x[t]
+        delta += g[t] * d[t]
+        size += abs(g[t]) * (x[t] + abs(d[t]))
+    if not delta < -ROUNDING_ULPS * EPS * size:
+        return sweeps, np.nan  # no descent above rounding left: this column is done
+    big = 0.0
+    move = 0.0
+    for t in range(k):
+        big = max(big, x[t], y[t])
+        move = max(move, abs(d[t]))
+    if move <= step_tol * big:
+        return sweeps, np.nan  # the model's step is below the asked relative size
+    return sweeps, delta
+
+
+@njit(nogil=True, fastmath=FAST, error_model="numpy")
+def search(kind, beta, vals, z, u, iz, zb, cnt, x, d, fsum, l1, l2, delta, zmin):
+    """Armijo's rule along d (step 3 of the module docstring) with u = F d on the
+    column's entries; an accepted step moves x and z.  Returns (the change of q, trials),
+    the change NaN where no step was accepted."""
+    k = x.shape[0]
+    step = 1.0
+    if kind != KIND_BETA or beta < 1.0:  # the barrier z_i > 0 where v_i > 0
+        # a count first (vectorised, no division): the entries where 0.99 of the way to
+        # the barrier is short of the full step; mostly none
+        short = 0
+        for i in range(cnt):
+            short += (u[i] < -0.99 * z[i]) & (vals[i] > 0.0) & (z[i] > 0.0)
+        if short:
+            for i in range(cnt):
+                if u[i] < 0.0 and vals[i] > 0.0 and z[i] > 0.0:
+                    limit = -z[i] / u[i]
+                    if 0.99 * limit < step:
+                        step = 0.99 * limit
+    trials = 0
+    for _ in range(MAX_HALVINGS):
+        trials += 1
+        df = 0.0  # the penalties' and (KL) the linear part's change
+        for t in range(k):
+            sd = step * d[t]
+            df += sd * (l1 + l2 * (x[t] + 0.5 * sd))
+            if kind == KIND_KL:
+                df += fsum[t] * sd
+        data_part = np.nan
+        if kind == KIND_IS:  # small steps: no logarithm calls
+            data_part = is_change_series(vals, z, u, iz, cnt, step, zmin)
+        if data_part != data_part:
+            data_part = change(kind, beta, vals, z, u, iz, zb, cnt, step, zmin)
+        df += data_part
+        if df <= SIGMA * step * delta:
+            for t in range(k):
+                xt = x[t] + step * d[t]
+                x[t] = xt if xt > 0.0 else 0.0
+            for i in range(cnt):
+                z[i] += step * u[i]
+            return df, trials
+        step *= 0.5
+    return np.nan, trials
+
+
+@njit(nogil=True, fastmath=FAST, error_model="numpy")
 def column(kind, beta, ft, vals, cnt, x, fsum, l1, l2, zmin, omega, theta, max_newton,
            max_sweeps, sweep_tol, step_tol, exact, z, d1, d2, iz, zb, u, wrk, a, g, y, b,
            d, passive, chol, zq, counts):  # fmt: skip
@@ -419,29 +500,14 @@ def column(kind, beta, ft, vals, cnt, x, fsum, l1, l2, zmin, omega, theta, max_n
                 acc += fsum[t]
             g[t] = acc + l1 + l2 * x[t]
         curvature(ft, d2, cnt, k, l2, wrk, a)
-        # sweeps cost k^2 each, forming A cnt k^2 / 2: a column with few entries gets
-        # at most cnt / 2 of them (the model is then cheap to form and needs fewer)
-        sweeps_cap = max_sweeps if 2 * max_sweeps <= cnt else max(2, cnt // 2)
-        # (d, the step, is formed after the sweeps: until then it holds 1 / B_tt)
-        n_sweeps += model_sweeps(a, g, x, y, b, d, k, omega, theta, sweeps_cap, sweep_tol)
-        if exact:  # the sweeps' point finished exactly (solves to convergence)
-            model_exact(a, g, x, y, b, k, passive, chol, zq)
+        sweeps, delta = direction(
+            a, g, x, y, b, d, k, cnt, omega, theta, max_sweeps, sweep_tol, step_tol, exact,
+            passive, chol, zq,
+        )  # fmt: skip
+        n_sweeps += sweeps
         n_newton += 1
-        delta = 0.0
-        size = 0.0
-        for t in range(k):
-            d[t] = y[t] - x[t]
-            delta += g[t] * d[t]
-            size += abs(g[t]) * (x[t] + abs(d[t]))
-        if not delta < -ROUNDING_ULPS * EPS * size:
-            break  # no descent above rounding left: this column is done
-        big = 0.0
-        move = 0.0
-        for t in range(k):
-            big = max(big, x[t], y[t])
-            move = max(move, abs(d[t]))
-        if move <= step_tol * big:
-            break  # the model's step is below the asked relative size
+        if delta != delta:
+            break
         for i in range(cnt):
             u[i] = 0.0
         for t in range(k):
@@ -449,40 +515,10 @@ def column(kind, beta, ft, vals, cnt, x, fsum, l1, l2, zmin, omega, theta, max_n
             if dt != 0.0:
                 for i in range(cnt):
                     u[i] += ft[t, i] * dt
-        step = 1.0
-        if kind != KIND_BETA or beta < 1.0:  # the barrier z_i > 0 where v_i > 0
-            for i in range(cnt):
-                if u[i] < 0.0 and vals[i] > 0.0 and z[i] > 0.0:
-                    limit = -z[i] / u[i]
-                    if 0.99 * limit < step:
-                        step = 0.99 * limit
-        accepted = False
-        df = 0.0
-        for _ in range(MAX_HALVINGS):
-            n_trials += 1
-            df = 0.0  # the penalties' and (KL) the linear part's change
-            for t in range(k):
-                sd = step * d[t]
-                df += sd * (l1 + l2 * (x[t] + 0.5 * sd))
-                if kind == KIND_KL:
-                    df += fsum[t] * sd
-            data_part = np.nan
-            if kind == KIND_IS:  # small steps: no logarithm calls
-                data_part = is_change_series(vals, z, u, iz, cnt, step, zmin)
-            if data_part != data_part:
-                data_part = change(kind, beta, vals, z, u, iz, zb, cnt, step, zmin)
-            df += data_part
-            if df <= SIGMA * step * delta:
-                accepted = True
-                break
-            step *= 0.5
-        if not accepted:
+        df, trials = search(kind, beta, vals, z, u, iz, zb, cnt, x, d, fsum, l1, l2, delta, zmin)
+        n_trials += trials
+        if df != df:
             break
-        for t in range(k):
-            xt = x[t] + step * d[t]
-            x[t] = xt if xt > 0.0 else 0.0
-        for i in range(cnt):
-            z[i] += step * u[i]
         total += df
     counts[0] = n_newton
     counts[1] = n_sweeps
