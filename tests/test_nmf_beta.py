@@ -109,6 +109,64 @@ def test_tracked_objective_is_the_true_one():
         assert f[-1] == pytest.approx(direct, rel=1e-9), beta
 
 
+# -- the fit's half-step by GEMMs over blocks of columns (newton_rows) -------------------------
+
+
+@pytest.mark.parametrize(("beta", "k"), [(0.0, 8), (0.5, 16), (3.0, 16)])
+@pytest.mark.parametrize("side", ["H", "W"])
+def test_rows_road_takes_the_column_kernels_step(monkeypatch, beta, k, side):
+    # the same Newton iteration as the one-column kernel (the products as GEMMs, the
+    # sweeps and the line search the same functions): iterates equal to rounding
+    from msm_gpu.factorization import newton_rows as nr
+
+    Y = positive(70, 90, k, seed=6)
+    rng = np.random.default_rng(7)
+    W, Ht = rng.random((70, k)) + 0.1, rng.random((90, k)) + 0.1
+    F, X = (W, Ht) if side == "H" else (Ht, W)
+    data = bl.BetaData(Y, 0, beta)
+    fit = {"omega": 1.0, "theta": 1e-3, "newton": 1, "sweeps": 30, "sweep_tol": 0.1}
+    assert nr.takes(data.kind, k)
+    rows = np.array(X, order="C")
+    df_rows, counts_rows = bl.newton_half_step(data, side, F, rows, 0.3, 0.2, **fit)
+    monkeypatch.setattr(nr, "MIN_K", {})
+    assert not nr.takes(data.kind, k)
+    cols = np.array(X, order="C")
+    df_cols, counts_cols = bl.newton_half_step(data, side, F, cols, 0.3, 0.2, **fit)
+    assert not np.array_equal(cols, X)  # a step was taken
+    np.testing.assert_allclose(rows, cols, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(df_rows, df_cols, rtol=1e-7, atol=1e-9 * np.abs(df_cols).max())
+    assert (df_rows <= 0).all()
+    np.testing.assert_array_equal(counts_rows[:, 0], counts_cols[:, 0])
+
+
+def test_rows_road_fit_tracks_the_true_objective():
+    # Itakura-Saito with k = 8 takes the GEMM road: each iteration still a descent, and
+    # the objective followed by the measured changes is the directly evaluated one
+    from msm_gpu.factorization import newton_rows as nr
+
+    Y = positive(60, 80, 8, seed=8)
+    data = bl.BetaData(Y, 0, 0.0)
+    assert nr.takes(data.kind, 8)
+    W0, H0 = _initialize_nmf(Y, 8, init="nndsvda", random_state=0)
+    p = mg.NMF(8, beta_loss=0.0, tol=0, max_iter=13).get_params()
+    W, Ht = np.ascontiguousarray(W0), np.ascontiguousarray(H0.T)
+    W, Ht, info = bl.alternate_beta(data, W, Ht, p, Regularization())
+    f = info["history"][:, 1]
+    assert np.all(np.diff(f) <= 1e-12 * f[0])
+    assert f[-1] == pytest.approx(_beta_divergence(Y, W, Ht.T, 0.0), rel=1e-9)
+
+
+def test_rows_blocks_cover_the_columns_in_bounded_memory():
+    from msm_gpu.factorization import newton_rows as nr
+
+    for c, n in ((1, 5), (31, 400), (600, 400), (1000, 10**5), (7, 10**7)):
+        bounds = nr.block_bounds(c, n)
+        assert bounds[0] == 0 and bounds[-1] == c and np.all(np.diff(bounds) >= 1)
+        per = max(1, nr.BLOCK_BYTES // (6 * 8 * n))  # columns whose workspace fits
+        assert int(np.diff(bounds).max()) <= per
+        assert len(bounds) - 1 <= max(nr.MAX_BLOCKS, -(-c // per))  # no narrower than needed
+
+
 # -- fits against scikit-learn --------------------------------------------------------------
 
 

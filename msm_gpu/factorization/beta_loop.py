@@ -29,6 +29,7 @@ import scipy.sparse as sp
 from ..backends.cpu.jit import njit
 from ..backends.cpu.threads import blas_controller, run_ranges, sweep_threads, thread_cap
 from . import newton_kernels as nk
+from . import newton_rows as nr
 from .loop import Data, is_sparse, power_of_two_times, stable_objective
 
 #: scikit-learn's floor for WH in the multiplicative updates (``_nmf.EPSILON``, float32's
@@ -151,6 +152,10 @@ def newton_half_step(
     out_f = np.zeros(c)
     counts = np.zeros((c, 3), dtype=np.int64)
     fsum = F.sum(axis=0)
+    if int(newton) == 1 and not (exact or evaluate or data.pattern) and nr.takes(data.kind, k):
+        rows = (source, fsum, l1, l2, omega, theta, sweeps, sweep_tol, out_f, counts)
+        _newton_rows(data, F, X, *rows)
+        return out_f, counts
     pattern, dense = nk.kernels(data.kind)
     args = (float(l1), float(l2), data.zmin, float(omega), float(theta))
     args += (int(newton), int(sweeps), float(sweep_tol), float(step_tol), bool(exact))
@@ -175,6 +180,31 @@ def newton_half_step(
 
     run_ranges(run, len(bounds) - 1, n_threads)
     return out_f, counts
+
+
+def _newton_rows(data, F, X, source, fsum, l1, l2, omega, theta, sweeps, sweep_tol, out_f, counts):
+    """The fit's half-step on dense data: one Newton iteration a column, its products
+    as GEMMs over blocks of columns (:mod:`~msm_gpu.factorization.newton_rows`), the
+    blocks on the sweep threads, each GEMM on one BLAS thread."""
+    c, k = X.shape
+    n = F.shape[0]
+    F = np.ascontiguousarray(F)
+    K = nr.pair_products(F)
+    bounds = nr.block_bounds(c, n)
+    # GEMMs (k (k + 7) / 2 multiply-adds an entry) at the tiled sweep's rate, the
+    # per-entry derivatives and line search (about 40) in scalar code
+    work = float(data.nnz) * (k * (k + 7) / 2 + SCALAR_COST * 40)
+    n_threads = sweep_threads(work, len(bounds) - 1, thread_cap())
+
+    def run(i):
+        j0, j1 = int(bounds[i]), int(bounds[i + 1])
+        nr.newton_block(
+            data.kind, data.beta, F, K, fsum, source[j0:j1], X[j0:j1], float(l1), float(l2),
+            data.zmin, float(omega), float(theta), int(sweeps), float(sweep_tol),
+            out_f[j0:j1], counts[j0:j1],
+        )  # fmt: skip
+
+    run_ranges(run, len(bounds) - 1, n_threads)
 
 
 def objective(data, W, Ht, reg):
