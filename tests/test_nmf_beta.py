@@ -112,24 +112,29 @@ def test_tracked_objective_is_the_true_one():
 # -- the fit's half-step by GEMMs over blocks of columns (newton_rows) -------------------------
 
 
-@pytest.mark.parametrize(("beta", "k"), [(0.0, 8), (0.5, 16), (3.0, 16)])
+@pytest.mark.parametrize(
+    ("beta", "k", "shape"),
+    # (1000 x 40: several sub-blocks a block, the last one partial, on both sides)
+    [(0.0, 3, (1000, 40)), (0.0, 8, (110, 100)), (0.5, 8, (110, 100)), (3.0, 16, (110, 100))],
+)
 @pytest.mark.parametrize("side", ["H", "W"])
-def test_rows_road_takes_the_column_kernels_step(monkeypatch, beta, k, side):
+def test_rows_road_takes_the_column_kernels_step(monkeypatch, beta, k, shape, side):
     # the same Newton iteration as the one-column kernel (the products as GEMMs, the
     # sweeps and the line search the same functions): iterates equal to rounding
     from msm_gpu.factorization import newton_rows as nr
 
-    Y = positive(70, 90, k, seed=6)
+    m, d = shape
+    Y = positive(m, d, k, seed=6)
     rng = np.random.default_rng(7)
-    W, Ht = rng.random((70, k)) + 0.1, rng.random((90, k)) + 0.1
+    W, Ht = rng.random((m, k)) + 0.1, rng.random((d, k)) + 0.1
     F, X = (W, Ht) if side == "H" else (Ht, W)
     data = bl.BetaData(Y, 0, beta)
     fit = {"omega": 1.0, "theta": 1e-3, "newton": 1, "sweeps": 30, "sweep_tol": 0.1}
-    assert nr.takes(data.kind, k)
+    assert nr.takes(data.kind, k, data.nnz)
     rows = np.array(X, order="C")
     df_rows, counts_rows = bl.newton_half_step(data, side, F, rows, 0.3, 0.2, **fit)
     monkeypatch.setattr(nr, "MIN_K", {})
-    assert not nr.takes(data.kind, k)
+    assert not nr.takes(data.kind, k, data.nnz)
     cols = np.array(X, order="C")
     df_cols, counts_cols = bl.newton_half_step(data, side, F, cols, 0.3, 0.2, **fit)
     assert not np.array_equal(cols, X)  # a step was taken
@@ -140,13 +145,13 @@ def test_rows_road_takes_the_column_kernels_step(monkeypatch, beta, k, side):
 
 
 def test_rows_road_fit_tracks_the_true_objective():
-    # Itakura-Saito with k = 8 takes the GEMM road: each iteration still a descent, and
+    # Itakura-Saito (12 000 entries) takes the GEMM road: each iteration still a descent, and
     # the objective followed by the measured changes is the directly evaluated one
     from msm_gpu.factorization import newton_rows as nr
 
-    Y = positive(60, 80, 8, seed=8)
+    Y = positive(120, 100, 8, seed=8)
     data = bl.BetaData(Y, 0, 0.0)
-    assert nr.takes(data.kind, 8)
+    assert nr.takes(data.kind, 8, data.nnz)
     W0, H0 = _initialize_nmf(Y, 8, init="nndsvda", random_state=0)
     p = mg.NMF(8, beta_loss=0.0, tol=0, max_iter=13).get_params()
     W, Ht = np.ascontiguousarray(W0), np.ascontiguousarray(H0.T)

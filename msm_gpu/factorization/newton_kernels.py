@@ -429,10 +429,10 @@ def direction(a, g, x, y, b, d, k, cnt, omega, theta, max_sweeps, sweep_tol, ste
 
 
 @njit(nogil=True, fastmath=FAST, error_model="numpy")
-def search(kind, beta, vals, z, u, iz, zb, cnt, x, d, fsum, l1, l2, delta, zmin):
+def search(kind, beta, vals, z, u, iz, zb, cnt, x, d, fsum, l1, l2, delta, zmin, move_z):
     """Armijo's rule along d (step 3 of the module docstring) with u = F d on the
-    column's entries; an accepted step moves x and z.  Returns (the change of q, trials),
-    the change NaN where no step was accepted."""
+    column's entries; an accepted step moves x (and z, ``move_z``).  Returns (the change
+    of q, trials), the change NaN where no step was accepted."""
     k = x.shape[0]
     step = 1.0
     if kind != KIND_BETA or beta < 1.0:  # the barrier z_i > 0 where v_i > 0
@@ -466,8 +466,9 @@ def search(kind, beta, vals, z, u, iz, zb, cnt, x, d, fsum, l1, l2, delta, zmin)
             for t in range(k):
                 xt = x[t] + step * d[t]
                 x[t] = xt if xt > 0.0 else 0.0
-            for i in range(cnt):
-                z[i] += step * u[i]
+            if move_z:
+                for i in range(cnt):
+                    z[i] += step * u[i]
             return df, trials
         step *= 0.5
     return np.nan, trials
@@ -515,7 +516,9 @@ def column(kind, beta, ft, vals, cnt, x, fsum, l1, l2, zmin, omega, theta, max_n
             if dt != 0.0:
                 for i in range(cnt):
                     u[i] += ft[t, i] * dt
-        df, trials = search(kind, beta, vals, z, u, iz, zb, cnt, x, d, fsum, l1, l2, delta, zmin)
+        df, trials = search(
+            kind, beta, vals, z, u, iz, zb, cnt, x, d, fsum, l1, l2, delta, zmin, True
+        )
         n_trials += trials
         if df != df:
             break

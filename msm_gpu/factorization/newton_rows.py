@@ -4,9 +4,9 @@ The fit's half-steps take one Newton iteration per column (``beta_loop.FIT_NEWTO
 :func:`~msm_gpu.factorization.newton_kernels.column` forms that iteration's products
 one column at a time in scalar loops: z = F x, the gradient F' phi'(z), the curvature
 F' diag(w) F and u = F d cost cnt (3k + k(k+1)/2) multiply-adds a column, most of the
-half-step.  For the kinds that read every entry (dense v: Itakura-Saito from k =
-6, other betas but Kullback-Leibler's from k = 16, :data:`MIN_K`) the same products for a
-block of c columns are four GEMMs
+half-step.  For the kinds that read every entry (dense v: Itakura-Saito, other betas
+but Kullback-Leibler's from k = 8, :data:`MIN_K`) the same products for a block of c
+columns are four GEMMs
 
     Z = X F' (c x n),   G = Phi' F (c x k),   P = W K (c x k(k+1)/2),   U = D F',
 
@@ -24,24 +24,40 @@ import numpy as np
 from ..backends.cpu.jit import njit
 from . import newton_kernels as nk
 
-#: The smallest k that takes this road, per kind: below it the column kernel's fused
-#: pass (every product of an entry while it is in cache) is as fast or faster.  Fits of
-#: 30 iterations, 400 x 600 Itakura-Saito, column kernel / here: k = 4 111 / 128 ms,
-#: 5 155 / 157, 6 198 / 173, 8 204 / 175; beta = 1.5, 300 x 400 (a power and two expm1
-#: an entry, which the GEMMs do not touch): k = 8 170 / 183, 12 235 / 233, 16 259 / 244.
-MIN_K = {nk.KIND_IS: 6, nk.KIND_BETA: 16}
-#: A block's workspace (five or six c_block x n float64 arrays) stays below this size.
+#: The smallest k that takes this road, per kind, and the fewest entries of Y: below
+#: them the column kernel's fused pass is as fast.  Fits of 30 iterations on two cores,
+#: column kernel / here: Itakura-Saito 400 x 600, k = 2 / 3 / 4 / 5 / 6: 74 / 70, 83 / 81,
+#: 93 / 86, 153 / 130, 182 / 142 ms; 60 x 40 k = 5 6.7 / 7.3, 100 x 100 k = 4 / 8 11.5 /
+#: 11.9, 16.5 / 15.5; beta = 1.5, 300 x 400 (a power and two expm1 an entry, which the
+#: GEMMs do not touch): k = 5 / 8 / 12: 158 / 162, 177 / 167, 231 / 201.
+MIN_K = {nk.KIND_IS: 2, nk.KIND_BETA: 8}
+MIN_ENTRIES = 10_000
+#: Entries of Y a block takes at a time (SUB_ENTRIES / n columns, at least MIN_SUB): their
+#: products, six such arrays, stay in the core's cache between the passes over them.
+#: IS 400 x 600, k = 10, H / W-step on two cores: the whole block at once 1.31 / 1.31 ms,
+#: 64 / 32 / 16 / 8 / 4 columns (n = 400 / 600) 1.24 / 1.24, 1.25 / 1.19, 1.07-1.11 /
+#: 1.10-1.11, 1.14 / 1.07, 1.21 / 1.16.  Where k is large the curvature's GEMM dominates
+#: and wants more rows: at least k(k+1)/2 / SUB_PAIR_SHARE columns (30 fit iterations,
+#: k = 30: 6400 / 25600 / 51200 entries 783 / 639 / 607 ms; k = 20: 358 / 328 / 330).
+SUB_ENTRIES = 6400
+MIN_SUB = 4
+SUB_PAIR_SHARE = 4
+#: A block's workspace stays below this size: the sub-blocks' six arrays of n float64
+#: a column, and the c_block x n products of :func:`~msm_gpu.factorization.beta_loop.
+#: objective`'s blocks.
 BLOCK_BYTES = 16 * 2**20
 #: At most this many blocks per half-step (their number depends on c and n only, not on
-#: the threads, so the result is the same on any number of threads).
+#: the threads, so the result is the same on any number of threads; IS 400 x 600, k = 10,
+#: two cores: 2, 4 or 8 blocks give the same half-step times, 1.07-1.16 ms).
 MAX_BLOCKS = 4
 #: ... of at least this many columns (a GEMM of fewer rows loses its efficiency).
 MIN_BLOCK_COLUMNS = 32
 
 
-def takes(kind, k):
-    """Whether a fit's half-step of this kind and k takes this road."""
-    return k >= MIN_K.get(kind, np.iinfo(np.int64).max)
+def takes(kind, k, entries):
+    """Whether a fit's half-step of this kind, k and number of data entries takes this
+    road."""
+    return k >= MIN_K.get(kind, np.iinfo(np.int64).max) and entries >= MIN_ENTRIES
 
 
 def block_bounds(c, n):
@@ -102,7 +118,7 @@ def rows_directions(packed, grad, xs, steps, n, l1, l2, omega, theta, max_sweeps
 @njit(nogil=True, fastmath=nk.FAST, error_model="numpy")
 def rows_searches(kind, beta, v, z, u, iz, zb, xs, steps, deltas, fsum, l1, l2, zmin,
                   out_f, counts):  # fmt: skip
-    """Armijo's rule on each row with a step (``deltas`` not NaN): moves its x, z;
+    """Armijo's rule on each row with a step (``deltas`` not NaN): moves its x;
     ``out_f`` gets the change of q (0 where no step), ``counts[:, 2]`` the trials."""
     c, k = xs.shape
     n = z.shape[1]
@@ -117,8 +133,8 @@ def rows_searches(kind, beta, v, z, u, iz, zb, xs, steps, deltas, fsum, l1, l2, 
             x[t] = xs[j, t]
             d[t] = steps[j, t]
         df, trials = nk.search(
-            kind, beta, v[j], z[j], u[j], iz[j], zb[j], n, x, d, fsum, l1, l2, delta, zmin
-        )
+            kind, beta, v[j], z[j], u[j], iz[j], zb[j], n, x, d, fsum, l1, l2, delta, zmin, False
+        )  # (z is formed afresh by the next half-step: not moved)
         counts[j, 2] = trials
         if df == df:
             out_f[j] = df
@@ -126,19 +142,36 @@ def rows_searches(kind, beta, v, z, u, iz, zb, xs, steps, deltas, fsum, l1, l2, 
                 xs[j, t] = x[t]
 
 
-def newton_block(kind, beta, F, K, fsum, v, xs, l1, l2, zmin, omega, theta, max_sweeps,
+@njit(nogil=True, fastmath=nk.FAST, error_model="numpy")
+def newton_block(kind, beta, F, Ft, K, fsum, v, xs, l1, l2, zmin, omega, theta, max_sweeps,
                  sweep_tol, out_f, counts):  # fmt: skip
     """One Newton iteration on the columns of the block: ``v`` (c x n) their data, ``xs``
-    (c x k, C order) their iterates, updated in place; F (n x k), K its pair products."""
-    Z = xs @ F.T
-    d1, d2, iz = np.empty_like(Z), np.empty_like(Z), np.empty_like(Z)
-    zb = np.empty_like(Z) if kind == nk.KIND_BETA else iz  # z^beta: the general kind only
-    rows_derivatives(kind, beta, v, Z, zmin, d1, d2, iz, zb)
-    G = d1 @ F
-    P = d2 @ K
-    steps = np.empty_like(xs)
-    deltas = np.empty(xs.shape[0])
+    (c x k, C order) their iterates, updated in place; F (n x k), Ft = F' (C order), K
+    the pair products.  SUB_ENTRIES entries at a time, so that the products between the
+    passes stay in the core's cache (np.dot: BLAS, as the Python operator would)."""
+    c, k = xs.shape
     n = F.shape[0]
-    rows_directions(P, G, xs, steps, n, l1, l2, omega, theta, max_sweeps, sweep_tol, deltas, counts)
-    U = steps @ F.T
-    rows_searches(kind, beta, v, Z, U, iz, zb, xs, steps, deltas, fsum, l1, l2, zmin, out_f, counts)
+    sub = max(MIN_SUB, SUB_ENTRIES // max(n, 1), K.shape[1] // SUB_PAIR_SHARE)
+    sub = max(1, min(sub, c, BLOCK_BYTES // (6 * 8 * max(n, 1))))
+    Z, U = np.empty((sub, n)), np.empty((sub, n))
+    d1, d2, iz = np.empty((sub, n)), np.empty((sub, n)), np.empty((sub, n))
+    zb = np.empty((sub, n)) if kind == nk.KIND_BETA else iz  # z^beta: the general kind only
+    G, P = np.empty((sub, k)), np.empty((sub, K.shape[1]))
+    steps, deltas = np.empty((sub, k)), np.empty(sub)
+    for j0 in range(0, c, sub):
+        j1 = min(j0 + sub, c)
+        m = j1 - j0
+        x, vj = xs[j0:j1], v[j0:j1]
+        np.dot(x, Ft, Z[:m])
+        rows_derivatives(kind, beta, vj, Z[:m], zmin, d1[:m], d2[:m], iz[:m], zb[:m])
+        np.dot(d1[:m], F, G[:m])
+        np.dot(d2[:m], K, P[:m])
+        rows_directions(
+            P[:m], G[:m], x, steps[:m], n, l1, l2, omega, theta, max_sweeps, sweep_tol,
+            deltas[:m], counts[j0:j1],
+        )  # fmt: skip
+        np.dot(steps[:m], Ft, U[:m])
+        rows_searches(
+            kind, beta, vj, Z[:m], U[:m], iz[:m], zb[:m], x, steps[:m], deltas[:m], fsum, l1,
+            l2, zmin, out_f[j0:j1], counts[j0:j1],
+        )  # fmt: skip
