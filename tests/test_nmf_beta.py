@@ -205,17 +205,31 @@ def test_kl_sparse_and_dense_give_the_same_fit():
 @pytest.mark.parametrize("loss", sorted(LOSSES))
 def test_fit_is_the_same_on_one_thread_and_on_two(monkeypatch, loss):
     """Every column of a half-step is its own problem: splitting the columns over the
-    sweep's threads (200 x 300 takes two) changes no bit of the fit."""
+    sweep's threads changes no bit of the fit (the thread counts are checked: both data
+    sets are large enough for two)."""
     from msm_gpu.backends.cpu.threads import available_cpus
 
     if available_cpus() < 2:
         pytest.skip("one CPU: no second thread to compare with")
-    Y = positive(200, 300, 6, seed=3) if loss == "itakura-saito" else counts(200, 300, 6, seed=3)
+    if loss == "itakura-saito":  # the GEMM road (newton_rows)
+        Y, k = positive(150, 200, 6, seed=3), 6
+    else:  # the pattern kernel
+        Y, k = counts(300, 400, 10, seed=3), 10
+    used = []
+    run_ranges = bl.run_ranges
+
+    def counting(fn, n_items, n_threads):
+        used.append(n_threads)
+        return run_ranges(fn, n_items, n_threads)
+
+    monkeypatch.setattr(bl, "run_ranges", counting)
     fits = []
     for threads in ("1", "2"):
         monkeypatch.setenv("OMP_NUM_THREADS", threads)
-        model = mg.NMF(6, beta_loss=loss, max_iter=15, random_state=0)
+        used.clear()
+        model = mg.NMF(k, beta_loss=loss, max_iter=15, random_state=0)
         fits.append((model.fit_transform(Y), model.components_, model.history_[:, 1]))
+        assert max(used) == int(threads)
     for one, two in zip(*fits, strict=True):
         np.testing.assert_array_equal(one, two)
 

@@ -45,6 +45,10 @@ FIT_SWEEP_TOL = 0.1
 #: ``sweep_threads``' threshold assumes (docs/development.md, "Threads of the Newton
 #: half-steps").
 SCALAR_COST = 10.0
+#: The per-entry work of the GEMM road's passes in counted flops: 150 x 200 and larger
+#: on two threads (IS, k = 6, an H-step on one / two threads, median: 100 x 150 0.35 /
+#: 0.31 ms, 150 x 200 0.58 / 0.44, 200 x 300 1.05 / 0.61).
+ROWS_ENTRY_COST = 160
 #: The objective the Newton loop tracks by the measured changes is evaluated afresh
 #: every this many iterations.
 RESYNC = 10
@@ -194,8 +198,9 @@ def _newton_rows(data, F, X, source, fsum, l1, l2, omega, theta, sweeps, sweep_t
     K = nr.pair_products(F)
     bounds = nr.block_bounds(c, n)
     # GEMMs (k (k + 7) / 2 multiply-adds an entry) at the tiled sweep's rate, the
-    # per-entry derivatives and line search (about 40) in scalar code
-    work = float(data.nnz) * (k * (k + 7) / 2 + SCALAR_COST * 40)
+    # per-entry passes (derivatives, line search) counted as ROWS_ENTRY_COST flops in
+    # scalar code (docs/development.md, "Threads of the Newton half-steps")
+    work = float(data.nnz) * (k * (k + 7) / 2 + SCALAR_COST * ROWS_ENTRY_COST)
     n_threads = sweep_threads(work, len(bounds) - 1, thread_cap())
 
     def run(i):
