@@ -4,14 +4,16 @@ The fit's half-steps take one Newton iteration per column (``beta_loop.FIT_NEWTO
 :func:`~msm_gpu.factorization.newton_kernels.column` forms that iteration's products
 one column at a time in scalar loops: z = F x, the gradient F' phi'(z), the curvature
 F' diag(w) F and u = F d cost cnt (3k + k(k+1)/2) multiply-adds a column, most of the
-half-step.  For the kinds that read every entry (dense v: Itakura-Saito, other betas
-but Kullback-Leibler's from k = 8, :data:`MIN_K`) the same products for a block of c
-columns are four GEMMs
+half-step.  For the kinds that read every entry (Itakura-Saito, other betas from k = 8;
+Kullback-Leibler reads only the nonzeros and stays there), on data of MIN_ENTRIES
+entries or more (:func:`takes`), the same products for a block of c columns are four
+GEMMs
 
-    Z = X F' (c x n),   G = Phi' F (c x k),   P = W K (c x k(k+1)/2),   U = D F',
+    Z = X F' (c x n),   G = Phi' F (c x k),   P = Omega K (c x k(k+1)/2),   U = D F',
 
-with K the row-wise products F_it F_is (s <= t, n x k(k+1)/2): the curvature of column j
-is row j of P, packed.  Between them the compiled kernels below do what is per entry or
+with Phi' and Omega the entries' derivatives and curvature weights, D the steps, and K
+the row-wise products F_it F_is (s <= t, n x k(k+1)/2): the curvature of column j is row
+j of P, packed.  Between them the compiled kernels below do what is per entry or
 per column: the derivatives, the model's MSM sweeps (``newton_kernels.direction``) and
 Armijo's rule (``newton_kernels.search``), the same functions ``column`` calls, so a
 column's iterate differs from ``column``'s by the products' rounding only.
