@@ -94,6 +94,26 @@ def test_newton_half_step_solves_the_convex_column_problems(beta):
         assert f(Ht[j]) <= ref.fun + 1e-9 * abs(ref.fun)
 
 
+@pytest.mark.parametrize("beta", [0.0, 1.0])
+def test_line_search_series_is_the_logarithm(beta):
+    # the Armijo test's change of q without log1p calls (the atanh series) equals the
+    # log1p form to rounding where every step ratio is in range, and defers (NaN) where not
+    from msm_gpu.factorization import newton_kernels as nk
+
+    rng = np.random.default_rng(21)
+    n = 500
+    vals, z = rng.gamma(2.0, 1.0, n), rng.gamma(2.0, 1.0, n)
+    iz, zb = 1.0 / z, np.empty(n)
+    kind = nk.kind_of(beta)
+    for scale in (1e-6, 1e-2, 0.3):
+        u = scale * z * rng.uniform(-1.0, 1.0, n)
+        want = nk.change(kind, beta, vals, z, u, iz, zb, n, 1.0, 1e-300)
+        got = nk.change_series(kind, vals, z, u, iz, n, 1.0, 1e-300)
+        assert got == pytest.approx(want, rel=1e-11, abs=1e-14 * np.abs(vals).sum())
+    u = 0.9 * z  # ratio 0.9: s = 0.31, outside the series' range
+    assert np.isnan(nk.change_series(kind, vals, z, u, iz, n, 1.0, 1e-300))
+
+
 def test_tracked_objective_is_the_true_one():
     # the loop follows q by the changes its line searches measure (log1p forms) and
     # evaluates it afresh every RESYNC iterations: both agree with a direct evaluation

@@ -182,20 +182,20 @@ def change(kind, beta, vals, z, u, iz, zb, cnt, step, zmin):
     return total
 
 
-#: Itakura-Saito's ``change`` by a series where every step ratio r = step u_i / z_i has
-#: s = r / (2 + r) within +-SERIES_S (r in [-1/3, 1/2]): log1p(r) = 2 atanh(s) =
-#: 2 s sum_j s^(2j) / (2j + 1), cut after SERIES_TERMS terms, where the rest is below
-#: 1e-18 of the sum (0.2^24 / 25).
+#: Itakura-Saito's and Kullback-Leibler's ``change`` by a series where every step ratio
+#: r = step u_i / z_i has s = r / (2 + r) within +-SERIES_S (r in [-1/3, 1/2]): log1p(r)
+#: = 2 atanh(s) = 2 s sum_j s^(2j) / (2j + 1), cut after SERIES_TERMS terms, where the
+#: rest is below 1e-18 of the sum (0.2^24 / 25).
 SERIES_S = 0.2
 SERIES_TERMS = 12
 
 
 @njit(nogil=True, fastmath=FAST, error_model="numpy")
-def is_change_series(vals, z, u, iz, cnt, step, zmin):
-    """``change`` of the Itakura-Saito kind without a logarithm call: one branch-free
-    pass (vectorised, as a loop calling log1p cannot be), equal to ``change`` to
-    rounding.  NaN where some ratio is out of the series' range or some z_i at the
-    floor (``change`` then)."""
+def change_series(kind, vals, z, u, iz, cnt, step, zmin):
+    """``change`` of the Itakura-Saito or Kullback-Leibler kind without a logarithm
+    call: one branch-free pass (vectorised, as a loop calling log1p cannot be), equal to
+    ``change`` to rounding.  NaN where some ratio is out of the series' range or some
+    z_i at the floor (``change`` then)."""
     total = 0.0
     outside = 0  # a count, not a max: a max of floats keeps LLVM from vectorising
     for i in range(cnt):
@@ -205,7 +205,11 @@ def is_change_series(vals, z, u, iz, cnt, step, zmin):
         poly = 1.0 / (2.0 * SERIES_TERMS - 1.0)
         for j in range(SERIES_TERMS - 2, -1, -1):
             poly = poly * s2 + 1.0 / (2.0 * j + 1.0)
-        total += 2.0 * s * poly - vals[i] * iz[i] * r / (1.0 + r)
+        log1p_r = 2.0 * s * poly
+        if kind == KIND_KL:  # (the kind is loop-invariant: the branch leaves the loop)
+            total -= vals[i] * log1p_r
+        else:
+            total += log1p_r - vals[i] * iz[i] * r / (1.0 + r)
         outside += (not abs(s) <= SERIES_S) + (z[i] <= zmin)
     if outside:
         return np.nan
@@ -457,8 +461,8 @@ def search(kind, beta, vals, z, u, iz, zb, cnt, x, d, fsum, l1, l2, delta, zmin,
             if kind == KIND_KL:
                 df += fsum[t] * sd
         data_part = np.nan
-        if kind == KIND_IS:  # small steps: no logarithm calls
-            data_part = is_change_series(vals, z, u, iz, cnt, step, zmin)
+        if kind == KIND_IS or kind == KIND_KL:  # small steps: no logarithm calls
+            data_part = change_series(kind, vals, z, u, iz, cnt, step, zmin)
         if data_part != data_part:
             data_part = change(kind, beta, vals, z, u, iz, zb, cnt, step, zmin)
         df += data_part
