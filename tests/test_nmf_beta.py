@@ -135,7 +135,13 @@ def test_tracked_objective_is_the_true_one():
 @pytest.mark.parametrize(
     ("beta", "k", "shape"),
     # (1000 x 40: several sub-blocks a block, the last one partial, on both sides)
-    [(0.0, 3, (1000, 40)), (0.0, 8, (110, 100)), (0.5, 8, (110, 100)), (3.0, 16, (110, 100))],
+    [
+        (0.0, 3, (1000, 40)),
+        (0.0, 8, (110, 100)),
+        (0.5, 8, (110, 100)),
+        (3.0, 16, (110, 100)),
+        (1.0, 6, (110, 100)),  # Kullback-Leibler on mostly nonzero data, against its
+    ],  # pattern kernel
 )
 @pytest.mark.parametrize("side", ["H", "W"])
 def test_rows_road_takes_the_column_kernels_step(monkeypatch, beta, k, shape, side):
@@ -162,6 +168,27 @@ def test_rows_road_takes_the_column_kernels_step(monkeypatch, beta, k, shape, si
     np.testing.assert_allclose(df_rows, df_cols, rtol=1e-7, atol=1e-9 * np.abs(df_cols).max())
     assert (df_rows <= 0).all()
     np.testing.assert_array_equal(counts_rows[:, 0], counts_cols[:, 0])
+
+
+def test_kl_takes_the_rows_road_by_density_not_storage():
+    # mostly nonzero counts (dense or CSR: the same data) take the GEMM road; the same fit
+    # either way.  Mostly zero counts keep to the nonzeros (no dense copy is made)
+    from msm_gpu.factorization import newton_rows as nr
+
+    rng = np.random.default_rng(9)
+    Y = counts(120, 100, 5, seed=9) + rng.poisson(2.0, (120, 100))
+    assert np.count_nonzero(Y) >= nr.KL_DENSE_SHARE * Y.size
+    for stored in (Y, sp.csr_matrix(Y)):
+        assert bl.BetaData(stored, 0, 1.0).dense_rows is not None
+    fits = []
+    for stored in (Y, sp.csr_matrix(Y)):
+        model = mg.NMF(5, beta_loss="kullback-leibler", random_state=0, max_iter=40)
+        fits.append((model.fit_transform(stored), model.components_))
+    for dense, csr in zip(*fits, strict=True):
+        np.testing.assert_allclose(csr, dense, rtol=1e-12, atol=1e-14)
+    sparse_counts = Y * (rng.random(Y.shape) < 0.3)
+    assert np.count_nonzero(sparse_counts) < nr.KL_DENSE_SHARE * sparse_counts.size
+    assert bl.BetaData(sparse_counts, 0, 1.0).dense_rows is None
 
 
 def test_rows_road_fit_tracks_the_true_objective():

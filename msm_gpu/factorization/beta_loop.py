@@ -75,6 +75,9 @@ class BetaData:
     Y as stored, with the Frobenius :class:`~msm_gpu.factorization.loop.Data` for the
     objective."""
 
+    #: Y and Y' as dense arrays where the GEMM road may read them (None: it may not).
+    dense_rows = dense_cols = None
+
     def __init__(self, Y, exponent, beta):
         self.beta = float(beta)
         self.kind = nk.kind_of(self.beta)
@@ -104,6 +107,11 @@ class BetaData:
             self.by_cols.sort_indices()
             self.nnz = int(y.nnz)
             self.mean = float(y.data.sum()) / (self.shape[0] * self.shape[1])
+            if self.nnz >= nr.KL_DENSE_SHARE * self.shape[0] * self.shape[1]:
+                # mostly nonzero (whether stored dense or sparse): Y and Y' dense as well,
+                # for the fit's half-steps by GEMMs (newton_rows)
+                self.dense_rows = y.toarray()
+                self.dense_cols = np.ascontiguousarray(self.dense_rows.T)
         else:
             y = Y.toarray() if is_sparse(Y) else np.asarray(Y)
             y = np.array(y, dtype=np.float64, order="C", copy=True)
@@ -113,6 +121,7 @@ class BetaData:
             self.by_cols = np.ascontiguousarray(y.T)
             self.nnz = y.size
             self.mean = float(y.mean())
+            self.dense_rows, self.dense_cols = self.by_rows, self.by_cols
         self.zmin = nk.Z_FLOOR * max(self.mean, 1e-300)
 
     @property
@@ -125,6 +134,9 @@ class BetaData:
         sub.__dict__.update(self.__dict__)
         sub.by_rows = self.by_rows[rows]
         sub.by_cols = None
+        if self.dense_rows is not None:
+            sub.dense_rows = self.dense_rows[rows] if sp.issparse(self.by_rows) else sub.by_rows
+            sub.dense_cols = None
         sub.shape = (len(rows), self.shape[1])
         sub.nnz = int(sub.by_rows.nnz) if sp.issparse(sub.by_rows) else sub.by_rows.size
         return sub
@@ -156,9 +168,10 @@ def newton_half_step(
     out_f = np.zeros(c)
     counts = np.zeros((c, 3), dtype=np.int64)
     fsum = F.sum(axis=0)
-    one_newton = int(newton) == 1 and not (exact or evaluate or data.pattern)
-    if one_newton and nr.takes(data.kind, k, data.nnz):
-        rows = (source, fsum, l1, l2, omega, theta, sweeps, sweep_tol, out_f, counts)
+    dense = data.dense_cols if side == "H" else data.dense_rows
+    one_newton = int(newton) == 1 and not (exact or evaluate) and dense is not None
+    if one_newton and nr.takes(data.kind, k, dense.size):
+        rows = (dense, fsum, l1, l2, omega, theta, sweeps, sweep_tol, out_f, counts)
         _newton_rows(data, F, X, *rows)
         return out_f, counts
     pattern, dense = nk.kernels(data.kind)
@@ -200,7 +213,7 @@ def _newton_rows(data, F, X, source, fsum, l1, l2, omega, theta, sweeps, sweep_t
     # GEMMs (k (k + 7) / 2 multiply-adds an entry) at the tiled sweep's rate, the
     # per-entry passes (derivatives, line search) counted as ROWS_ENTRY_COST flops in
     # scalar code (docs/development.md, "Threads of the Newton half-steps")
-    work = float(data.nnz) * (k * (k + 7) / 2 + SCALAR_COST * ROWS_ENTRY_COST)
+    work = float(source.size) * (k * (k + 7) / 2 + SCALAR_COST * ROWS_ENTRY_COST)
     n_threads = sweep_threads(work, len(bounds) - 1, thread_cap())
 
     def run(i):

@@ -32,8 +32,11 @@ from . import newton_kernels as nk
 #: 93 / 86, 153 / 130, 182 / 142 ms; 60 x 40 k = 5 6.7 / 7.3, 100 x 100 k = 4 / 8 11.5 /
 #: 11.9, 16.5 / 15.5; beta = 1.5, 300 x 400 (a power and two expm1 an entry, which the
 #: GEMMs do not touch): k = 5 / 8 / 12: 158 / 162, 177 / 167, 231 / 201.
-MIN_K = {nk.KIND_IS: 2, nk.KIND_BETA: 8}
+MIN_K = {nk.KIND_IS: 2, nk.KIND_BETA: 8, nk.KIND_KL: 2}
 MIN_ENTRIES = 10_000
+#: Kullback-Leibler reads only Y's nonzeros (its other kernel costs nnz); this road
+#: reads every entry and is taken where at least this share of them is nonzero.
+KL_DENSE_SHARE = 0.5
 #: Entries of Y a block takes at a time (SUB_ENTRIES / n columns, at least MIN_SUB): their
 #: products, six such arrays, stay in the core's cache between the passes over them.
 #: IS 400 x 600, k = 10, H / W-step on two cores: the whole block at once 1.31 / 1.31 ms,
@@ -85,11 +88,12 @@ def rows_derivatives(kind, beta, v, z, zmin, d1, d2, iz, zb):
 
 
 @njit(nogil=True, fastmath=nk.FAST, error_model="numpy")
-def rows_directions(packed, grad, xs, steps, n, l1, l2, omega, theta, max_sweeps,
+def rows_directions(kind, packed, grad, xs, steps, n, fsum, l1, l2, omega, theta, max_sweeps,
                     sweep_tol, deltas, counts):  # fmt: skip
     """Each row's model step into ``steps`` from its packed curvature (a row of P, plus
-    l2 I) and gradient (a row of G, plus l1 + l2 x); ``deltas`` gets the predicted
-    change (NaN: the column is done); ``counts`` (Newton iterations, sweeps)."""
+    l2 I) and gradient (a row of G, plus l1 + l2 x, and for Kullback-Leibler the column
+    sums of F, the + 1 of phi'); ``deltas`` gets the predicted change (NaN: the column is
+    done); ``counts`` (Newton iterations, sweeps)."""
     c, k = xs.shape
     a = np.empty((k, k))
     g, y, b, x = np.empty(k), np.empty(k), np.empty(k), np.empty(k)
@@ -106,6 +110,8 @@ def rows_directions(packed, grad, xs, steps, n, l1, l2, omega, theta, max_sweeps
             a[t, t] += l2
             x[t] = xs[j, t]
             g[t] = grad[j, t] + l1 + l2 * x[t]
+            if kind == nk.KIND_KL:
+                g[t] += fsum[t]
         sweeps, delta = nk.direction(
             a, g, x, y, b, d, k, n, omega, theta, max_sweeps, sweep_tol, 0.0, False,
             passive, chol, zq,
@@ -169,8 +175,8 @@ def newton_block(kind, beta, F, Ft, K, fsum, v, xs, l1, l2, zmin, omega, theta, 
         np.dot(d1[:m], F, G[:m])
         np.dot(d2[:m], K, P[:m])
         rows_directions(
-            P[:m], G[:m], x, steps[:m], n, l1, l2, omega, theta, max_sweeps, sweep_tol,
-            deltas[:m], counts[j0:j1],
+            kind, P[:m], G[:m], x, steps[:m], n, fsum, l1, l2, omega, theta, max_sweeps,
+            sweep_tol, deltas[:m], counts[j0:j1],
         )  # fmt: skip
         np.dot(steps[:m], Ft, U[:m])
         rows_searches(
