@@ -165,7 +165,8 @@ class NMF(FactorsMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseE
         The beta-divergence (scikit-learn's names; 2, 1 and 0).  Y with zeros is refused
         for beta <= 0 (the divergence is infinite there), as scikit-learn does.
         Kullback-Leibler reads only Y's nonzeros (0 log 0 = 0): sparse and dense Y cost
-        the same per nonzero.
+        the same per nonzero; where at least half of the entries are nonzero, both take
+        the half-steps by matrix products over every entry (faster there).
     alpha_W, alpha_H, l1_ratio : float, float or "same", float in [0, 1]
         scikit-learn's penalties and their scaling by the data's shape (above; ``alpha_H
         ="same"`` takes ``alpha_W``).  ``transform`` applies W's.
