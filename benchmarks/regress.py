@@ -141,9 +141,8 @@ def cell_solve(quick):
         shapes = [(256, 50_000, "float64"), (256, 50_000, "float32"), (1000, 4096, "float64")]
     out = {}
     for n, r, dtype in shapes:
-        # four rounds in both runs: the fixed cost is a difference of two times (a quarter
-        # of t(10) off 1.25 t(2)), and with two the quick run read 0.88-1.39 GEMM for
-        # 256 x 16384 float64 in four runs of one hour (four rounds: 1.14-1.37)
+        # four rounds in both runs: the fixed cost, 1.25 t(2) - 0.25 t(10), is a
+        # difference of two times and too noisy from two (docs/development.md)
         gemm, t1, t2, _sweep, (k1, k2) = bench_cpu.time_solve(n, r, np.dtype(dtype).type, repeats=4)
         per_iter = (t2 - t1) / (k2 - k1)
         fixed = t1 - k1 * per_iter

@@ -45,9 +45,8 @@ FIT_SWEEP_TOL = 0.1
 #: ``sweep_threads``' threshold assumes (docs/development.md, "Threads of the Newton
 #: half-steps").
 SCALAR_COST = 10.0
-#: The per-entry work of the GEMM road's passes in counted flops: 150 x 200 and larger
-#: on two threads (IS, k = 6, an H-step on one / two threads, median: 100 x 150 0.35 /
-#: 0.31 ms, 150 x 200 0.58 / 0.44, 200 x 300 1.05 / 0.61).
+#: The per-entry work of the GEMM road's passes in counted flops, set so that 150 x 200
+#: and larger take two threads (docs/development.md, "Threads of the Newton half-steps").
 ROWS_ENTRY_COST = 160
 #: The objective the Newton loop tracks by the measured changes is evaluated afresh
 #: every this many iterations.
@@ -245,7 +244,7 @@ def objective(data, W, Ht, reg):
 def _is_divergence(data, W, Ht):
     """Itakura-Saito's sum_ij (r_ij - 1) - log(r_ij), r = Y / (W H'), by blocks of Y's
     rows on the sweep threads: a GEMM and NumPy's vectorised log1p (the compiled
-    kernels' log1p is a scalar call: 400 x 600, k = 10, 2.0 ms on two threads that way)."""
+    kernels' log1p is a scalar call, several times slower an entry)."""
     Y = data.by_rows
     m, n = Y.shape
     bounds = nr.block_bounds(m, n)

@@ -352,9 +352,8 @@ def model_exact(a, g, x, y, b, k, passive, chol, z):
     return False
 
 
-#: Components from which :func:`curvature` forms four rows at a time: one column of 400
-#: entries, one row / four rows at a time, k = 5: 0.68 / 0.81 us, 10: 2.48 / 2.59,
-#: 16: 4.9 / 3.9, 30: 24.3 / 14.2.
+#: Components from which :func:`curvature` forms four rows at a time; below it one row at
+#: a time is faster (docs/development.md, "Threads of the Newton half-steps").
 CURVATURE_BLOCK_MIN_K = 12
 
 

@@ -27,11 +27,9 @@ from ..backends.cpu.jit import njit
 from . import newton_kernels as nk
 
 #: The smallest k that takes this road, per kind, and the fewest entries of Y: below
-#: them the column kernel's fused pass is as fast.  Fits of 30 iterations on two cores,
-#: column kernel / here: Itakura-Saito 400 x 600, k = 2 / 3 / 4 / 5 / 6: 74 / 70, 83 / 81,
-#: 93 / 86, 153 / 130, 182 / 142 ms; 60 x 40 k = 5 6.7 / 7.3, 100 x 100 k = 4 / 8 11.5 /
-#: 11.9, 16.5 / 15.5; beta = 1.5, 300 x 400 (a power and two expm1 an entry, which the
-#: GEMMs do not touch): k = 5 / 8 / 12: 158 / 162, 177 / 167, 231 / 201.
+#: them the column kernel's fused pass is as fast (the general kind's power and expm1 an
+#: entry, which the GEMMs do not touch, need a larger k; measurements:
+#: docs/development.md, "Threads of the Newton half-steps").
 MIN_K = {nk.KIND_IS: 2, nk.KIND_BETA: 8, nk.KIND_KL: 2}
 MIN_ENTRIES = 10_000
 #: Kullback-Leibler reads only Y's nonzeros (its other kernel costs nnz); this road
@@ -39,11 +37,8 @@ MIN_ENTRIES = 10_000
 KL_DENSE_SHARE = 0.5
 #: Entries of Y a block takes at a time (SUB_ENTRIES / n columns, at least MIN_SUB): their
 #: products, six such arrays, stay in the core's cache between the passes over them.
-#: IS 400 x 600, k = 10, H / W-step on two cores: the whole block at once 1.31 / 1.31 ms,
-#: 64 / 32 / 16 / 8 / 4 columns (n = 400 / 600) 1.24 / 1.24, 1.25 / 1.19, 1.07-1.11 /
-#: 1.10-1.11, 1.14 / 1.07, 1.21 / 1.16.  Where k is large the curvature's GEMM dominates
-#: and wants more rows: at least k(k+1)/2 / SUB_PAIR_SHARE columns (30 fit iterations,
-#: k = 30: 6400 / 25600 / 51200 entries 783 / 639 / 607 ms; k = 20: 358 / 328 / 330).
+#: Where k is large the curvature's GEMM dominates and wants more rows: at least
+#: k(k+1)/2 / SUB_PAIR_SHARE columns.
 SUB_ENTRIES = 6400
 MIN_SUB = 4
 SUB_PAIR_SHARE = 4
@@ -51,11 +46,10 @@ SUB_PAIR_SHARE = 4
 #: a column, and the c_block x n products of :func:`~msm_gpu.factorization.beta_loop.
 #: objective`'s blocks.
 BLOCK_BYTES = 16 * 2**20
-#: At most this many blocks per half-step (their number depends on c and n only, not on
-#: the threads, so the result is the same on any number of threads; IS 400 x 600, k = 10,
-#: two cores: 2, 4 or 8 blocks give the same half-step times, 1.07-1.16 ms).
+#: At most this many blocks per half-step: their number depends on c and n only, not on
+#: the threads, so the result is the same on any number of threads.
 MAX_BLOCKS = 4
-#: ... of at least this many columns (a GEMM of fewer rows loses its efficiency).
+#: ... of at least this many columns (a small half-step stays one call on one thread).
 MIN_BLOCK_COLUMNS = 32
 
 

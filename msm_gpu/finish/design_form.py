@@ -67,10 +67,9 @@ GRAM_FACTOR_MIN_GROWTH = 256
 #: variables violate the optimality conditions at 0 and one plain sweep leaves that
 #: share free (on average over the columns), the Gram form takes the call
 #: (:func:`_gram_probe`).  With most variables free the design form's sweeps and its
-#: factor from column products cost 1.3-4x the Gram form's one BLAS product C'C and its
-#: active set; one sweep from 0 frees 0.9-1.1x the answer's nonzeros where it holds most
-#: variables, at most 0.4 n where it holds ten (docs/benchmarks/shapes.md, "Design or
-#: Gram form").
+#: factor from column products cost more than the Gram form's one BLAS product C'C and
+#: its active set, and one sweep from 0 frees about as many variables as the answer
+#: holds where it holds most of them (docs/benchmarks/shapes.md, "Design or Gram form").
 GRAM_PROBE_ROWS = 2
 GRAM_PROBE_SHARE = 0.6
 #: ... with at least this many columns: below, the two forms differ by under a

@@ -204,8 +204,8 @@ def _ol_gradient(src, x, res, r, i):
 
 @overload(_gradients, jit_options={"fastmath": FAST})
 def _ol_gradients(src, x, res, r, out, skip):
-    # the Gram form's gradient (a row of A against x's nonzeros) is measured faster as a
-    # call of its own than inlined in the scan
+    # the Gram form's gradient: a row of A against x's nonzeros, per variable (a scan of
+    # A's rows was slower on small batches: docs/development.md, "Finish thresholds")
     gradient = _gradient if _form(src) == 0 else form_helpers(src)[0]
 
     def scan(src, x, res, r, out, skip):
