@@ -217,17 +217,13 @@ def change_series(kind, vals, z, u, iz, cnt, step, zmin):
 
 
 @njit(nogil=True, fastmath=FAST, error_model="numpy")
-def model_sweeps(a, g, x, y, b, inv_b, grad, k, omega, theta, max_sweeps, sweep_tol):
+def model_sweeps(a, g, x, y, inv_b, grad, k, omega, theta, max_sweeps, sweep_tol):
     """MSM sweeps on min_{y >= 0} (g - A x)'y + 1/2 y'Ay from y = x (y overwritten;
-    ``b`` gets g - A x, ``inv_b`` 1 / B_tt, 0 where B_tt <= 0; ``grad`` is workspace).
-    Returns the number of sweeps."""
+    ``inv_b`` gets 1 / B_tt, 0 where B_tt <= 0; ``grad`` is workspace).  Returns the
+    number of sweeps."""
     for t in range(k):
-        acc = g[t]
-        for s in range(k):
-            acc -= a[t, s] * x[s]
-        b[t] = acc
         y[t] = x[t]
-        grad[t] = g[t]  # b + A y at y = x
+        grad[t] = g[t]  # (g - A x) + A y at y = x
     mean_diag = 0.0
     for t in range(k):
         mean_diag += a[t, t]
@@ -272,8 +268,13 @@ def model_exact(a, g, x, y, b, k, passive, chol, z):
     """The model's exact minimiser from the sweeps' y (>= 0, overwritten): Lawson &
     Hanson's active set on min_{y >= 0} (g - A x)'y + 1/2 y'Ay, each face by a
     Cholesky factor of A_FF (a tiny ridge, 1e-12 max diag A, for a singular A).
-    Returns False if it ran out of iterations (y is then feasible, not optimal)."""
-    # b = g - A x (from model_sweeps)
+    ``b`` (k floats) gets the linear term g - A x.  Returns False if it ran out of
+    iterations (y is then feasible, not optimal)."""
+    for t in range(k):
+        acc = g[t]
+        for s in range(k):
+            acc -= a[t, s] * x[s]
+        b[t] = acc
     top = 0.0
     for t in range(k):
         top = max(top, a[t, t])
@@ -410,7 +411,7 @@ def direction(a, g, x, y, b, d, k, cnt, omega, theta, max_sweeps, sweep_tol, ste
     # at most cnt / 2 of them (the model is then cheap to form and needs fewer)
     sweeps_cap = max_sweeps if 2 * max_sweeps <= cnt else max(2, cnt // 2)
     # (d, the step, is formed after the sweeps: until then it holds 1 / B_tt)
-    sweeps = model_sweeps(a, g, x, y, b, d, zq, k, omega, theta, sweeps_cap, sweep_tol)
+    sweeps = model_sweeps(a, g, x, y, d, zq, k, omega, theta, sweeps_cap, sweep_tol)
     if exact:  # the sweeps' point finished exactly (solves to convergence)
         model_exact(a, g, x, y, b, k, passive, chol, zq)
     delta = 0.0
