@@ -244,19 +244,6 @@ def test_anderson_sweeps_decrease_the_model_and_reach_the_plain_sweeps_answer():
     assert n_fast < n_plain < 50000  # (plain: some 19000 sweeps, Anderson: some 2900)
 
 
-def test_anderson_coefficients_sum_to_one_and_cancel_the_differences():
-    rng = np.random.default_rng(3)
-    r = rng.standard_normal((4, 30))
-    gram = r @ r.T
-    c = kernels._solve_ones(gram)
-    assert c.sum() == pytest.approx(1.0, abs=1e-14)
-    # the minimiser of ||R' c|| subject to sum c = 1 (its KKT system, solved directly)
-    kkt = np.block([[gram, np.ones((4, 1))], [np.ones((1, 4)), np.zeros((1, 1))]])
-    expect = np.linalg.solve(kkt, np.r_[np.zeros(4), 1.0])[:4]
-    np.testing.assert_allclose(c, expect, rtol=1e-8)
-    assert kernels._solve_ones(np.zeros((4, 4))) is None
-
-
 def test_an_extrapolation_that_raises_the_model_is_refused():
     x, curv, grad, rows, hdiag, pen, args = sparse_model(1, m=200, n=30)
     b = hdiag + 1e-8 * hdiag.mean()

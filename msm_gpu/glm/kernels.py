@@ -30,6 +30,7 @@ import numpy as np
 from ..backends.cpu.jit import njit
 from ..backends.cpu.kernels import h_scalar, prox_scalar
 from ..penalties import CODE_BOX, CODE_L1
+from ..solvers.anderson import solve_ones
 
 #: Reassociation lets LLVM split the dot products' sums over several accumulators (the
 #: sweep over sparse columns was bound by the latency of one add chain); rounding-level
@@ -420,7 +421,7 @@ def _anderson(history, yk, v, rows, grad, curv, code, lam, lb, ub, p):
                 acc += (ys[a + 1, k] - ys[a, k]) * (ys[c + 1, k] - ys[c, k])
             gram[a, c] = acc
             gram[c, a] = acc
-    coef = _solve_ones(gram)
+    coef = solve_ones(gram)
     if coef is None:
         return
     y_ext = np.zeros(yk.shape[0])
@@ -433,42 +434,6 @@ def _anderson(history, yk, v, rows, grad, curv, code, lam, lb, ub, p):
     ):
         _copy(yk, y_ext)
         _copy(v, v_ext)
-
-
-@njit(inline="always")
-def _solve_ones(gram):
-    """c = G^-1 1 / (1' G^-1 1) by Cholesky of G + 1e-10 tr(G)/d I; None if G is 0."""
-    d = gram.shape[0]
-    tr = 0.0
-    for a in range(d):
-        tr += gram[a, a]
-    if not tr > 0.0:
-        return None
-    low = np.zeros((d, d))
-    for a in range(d):
-        for c in range(a + 1):
-            acc = gram[a, c] + (1e-10 * tr / d if a == c else 0.0)
-            for q in range(c):
-                acc -= low[a, q] * low[c, q]
-            if a == c:
-                if not acc > 0.0:
-                    return None
-                low[a, a] = math.sqrt(acc)
-            else:
-                low[a, c] = acc / low[c, c]
-    z = np.ones(d)
-    for a in range(d):  # L z = 1
-        for q in range(a):
-            z[a] -= low[a, q] * z[q]
-        z[a] /= low[a, a]
-    for a in range(d - 1, -1, -1):  # L' c = z
-        for q in range(a + 1, d):
-            z[a] -= low[q, a] * z[q]
-        z[a] /= low[a, a]
-    total = z.sum()
-    if not (abs(total) > 0.0 and math.isfinite(total)):
-        return None
-    return z / total
 
 
 @njit(inline="always")

@@ -27,6 +27,7 @@ from numba.extending import overload
 from ..backends.cpu.jit import njit
 from ..backends.cpu.kernels import h_scalar, prox_scalar
 from ..backends.cpu.threads import run_ranges, sweep_threads, thread_cap
+from .anderson import design_history, forget, record_and_extrapolate
 from .nnls_columns import FAST
 from .pwl_active_set import _move, form_helpers
 
@@ -37,8 +38,12 @@ WARM_SWEEPS = 10
 #: most this many sweeps (2 nnz(C) flops each, the gradient and the residual update).
 FACTOR_IN_SWEEPS = 200
 
-#: Sweeps over which the rate of convergence is measured (:func:`_sweep_range`).
+#: Sweeps between the full sweeps where the rate of convergence is measured
+#: (:func:`_sweep_range`), and the windows it is measured over: the lowest step so far
+#: against the lowest RATE_SPAN windows before (an extrapolation's jump, or a variable
+#: leaving the support, makes one window's ratio noisy).
 RATE_WINDOW = 10
+RATE_SPAN = 4
 
 #: Most sweeps a column gets in all (then the active set takes over from where it is).
 MAX_SWEEPS = 100_000
@@ -207,6 +212,18 @@ def _nonzero_rows(x, rows):
 
 
 @njit(nogil=True)
+def _same_nonzero_rows(x, rows, n_rows):
+    """Whether the nonzeros of x are rows[:n_rows]."""
+    k = 0
+    for j in range(x.shape[0]):
+        if x[j] != 0.0:
+            if k >= n_rows or rows[k] != j:
+                return False
+            k += 1
+    return k == n_rows
+
+
+@njit(nogil=True)
 def _free_count(x, params):
     """Variables strictly inside their bounds and away from the kink at 0: the active
     set's free variables if it started here."""
@@ -238,8 +255,10 @@ def _factor_in_sweeps(x, params, m, nnz):
 def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, history, c0, c1, out):
     """Columns c0..c1-1 of X (in place).
 
-    ``settings`` = (tol, nnz, warm, cap, working set): with the working set (the exact
-    road), :func:`_working_set_phase` first, and no full sweep where it settles; then
+    ``settings`` = (tol, nnz, warm, cap, working set, extrapolate): with the working set
+    (the exact road), :func:`_working_set_phase` first, and no full sweep where it
+    settles; with ``extrapolate``, Anderson's extrapolation after every
+    :data:`msm_gpu.solvers.anderson.DEPTH` + 1 sweeps on one set of nonzeros; then
     ``warm`` full sweeps, and more (up to ``cap`` in all) only where the free variables
     are too many to factorise, while the rate of convergence promises ``tol`` within
     them (with the working set, :data:`ALONE_TOL`: no finish follows).  A column stops
@@ -252,12 +271,14 @@ def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, hi
     tol, nnz = settings[0], settings[1]
     warm, cap = int(settings[2]), int(settings[3])
     use_ws = settings[4] != 0.0
+    extrapolate = settings[5] != 0.0
     m, n = D.shape[0], X.shape[0]
     res = np.empty(m)
     x = np.empty(n)
     zero_r = np.zeros(n)
     every = np.arange(n)
     work = (np.empty(n, dtype=np.int64), np.empty(n), np.zeros(WS_BINS, dtype=np.int64))
+    history_ws = design_history(n, m)
     for col in range(c0, c1):
         for t in range(m):
             res[t] = -D[t, col]
@@ -294,9 +315,12 @@ def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, hi
             f += df
             if not done:
                 budget = max(warm, min(cap, int(in_sweeps)))
-        last = math.inf  # ||step|| RATE_WINDOW sweeps ago
+        # the lowest ||step|| up to each of the last RATE_SPAN windows' full sweeps
+        steps = np.full(RATE_SPAN, math.inf)
+        n_windows = 0
         rows = work[0]
         n_rows = n
+        forget(history_ws)
         while k < budget:
             # on the exact road, between full sweeps (the warm ones, then every
             # RATE_WINDOW-th, where the step is measured) only the nonzeros: a zero the
@@ -304,13 +328,17 @@ def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, hi
             full = not use_ws or k < warm or (k + 1 - warm) % RATE_WINDOW == 0
             if full:
                 step2, size2, df = _sweep(src, res, x, diag, b_diag, code, params, zero_r, every, n)
-                n_rows = _nonzero_rows(x, rows)
+                if not _same_nonzero_rows(x, rows, n_rows):
+                    forget(history_ws)
+                    n_rows = _nonzero_rows(x, rows)
             else:
                 step2, size2, df = _sweep(
                     src, res, x, diag, b_diag, code, params, zero_r, rows, n_rows
                 )
             k += 1
             f += df
+            if extrapolate:
+                f += record_and_extrapolate(src, res, x, rows, n_rows, code, params, history_ws)
             if k < history.shape[0]:
                 history[k] += f
             if not (math.isfinite(step2) and math.isfinite(f)):
@@ -338,11 +366,15 @@ def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, hi
             if k > warm and (k - warm) % RATE_WINDOW == 0:
                 # linear convergence at the rate seen: hand over early when tol is
                 # further away than the sweeps left (an ill-conditioned face)
-                rate = (step / last) ** (1.0 / RATE_WINDOW) if last > 0.0 else 0.0
+                span = min(n_windows, RATE_SPAN)
+                last = steps[(n_windows - span) % RATE_SPAN]
+                low = min(step, steps[(n_windows - 1) % RATE_SPAN])
+                rate = (low / last) ** (1.0 / (span * RATE_WINDOW)) if last > 0.0 else 0.0
                 if rate >= 1.0 or math.log(target / step) / math.log(rate) > budget - k:
                     break
             if k >= warm and (k - warm) % RATE_WINDOW == 0:
-                last = step
+                steps[n_windows % RATE_SPAN] = min(step, steps[(n_windows - 1) % RATE_SPAN])
+                n_windows += 1
         for kk in range(min(k + 1, history.shape[0]), history.shape[0]):
             history[kk] += f
         for j in range(n):
@@ -388,6 +420,7 @@ def design_sweeps(
     warm=WARM_SWEEPS,
     cap=MAX_SWEEPS,
     working_set=False,
+    extrapolate=None,
     threads=None,
 ):
     """MSM sweeps on every column of X (in place), in the design form.
@@ -418,6 +451,10 @@ def design_sweeps(
         Start with the working-set phase (:func:`_working_set_phase`): sweeps over the
         nonzeros and the worst rows only, the set grown while rows outside violate.  For
         the exact road, where the active set checks every row afterwards.
+    extrapolate : bool, optional
+        Anderson's extrapolation of the sweeps on the nonzeros
+        (:mod:`msm_gpu.solvers.anderson`), kept only where it lowers F.  Default: with
+        the working set (a warm start: the iterates are not the paper's MSM's then).
 
     Returns
     -------
@@ -431,7 +468,8 @@ def design_sweeps(
     b_diag = np.ascontiguousarray(b_diag, dtype=np.float64)
     fun = np.zeros(c) if fun is None else np.array(fun, dtype=np.float64)
     floor = np.zeros(c) if floor is None else np.ascontiguousarray(floor, dtype=np.float64)
-    settings = np.array([tol, source.nnz, warm, cap, working_set], dtype=np.float64)
+    extrapolate = working_set if extrapolate is None else extrapolate
+    settings = np.array([tol, source.nnz, warm, cap, working_set, extrapolate], dtype=np.float64)
     out = np.zeros((c, 3), dtype=np.int64)
     n_threads = sweep_threads(4.0 * source.nnz * warm * c, c, thread_cap(threads))
     chunks = 1 if n_threads == 1 or c == 0 else min(c, 8 * n_threads)

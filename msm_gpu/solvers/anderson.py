@@ -1,0 +1,135 @@
+"""Anderson extrapolation of MSM sweeps (Bertrand & Massias 2021, "Anderson acceleration
+of coordinate descent"; skglm's and celer's working-set solvers use it).
+
+Once the support settles, a sweep of eq. (9) is a fixed linear map on the nonzeros, and
+its iterates converge linearly at a rate that an ill-conditioned face makes close to 1.
+The combination sum_a c_a x_{a+1} of the last depth + 1 iterates that best cancels their
+differences (sum_a c_a = 1) extrapolates to the fixed point; it is kept only where it
+lowers F, so the sweeps' monotone decrease (Theorem 1) holds with it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..backends.cpu.jit import njit
+from ..backends.cpu.kernels import h_scalar
+from .nnls_columns import FAST
+from .pwl_active_set import _move
+
+#: Iterates combined by one extrapolation (skglm's default).
+DEPTH = 5
+
+
+@njit(inline="always")
+def solve_ones(gram):
+    """c = G^-1 1 / (1' G^-1 1), the weights of the extrapolation, by Cholesky of
+    G + 1e-10 tr(G)/d I (the differences of converging iterates are nearly dependent);
+    None if G is 0 or the solve breaks down."""
+    d = gram.shape[0]
+    tr = 0.0
+    for a in range(d):
+        tr += gram[a, a]
+    if not tr > 0.0:
+        return None
+    low = np.zeros((d, d))
+    for a in range(d):
+        for c in range(a + 1):
+            acc = gram[a, c] + (1e-10 * tr / d if a == c else 0.0)
+            for q in range(c):
+                acc -= low[a, q] * low[c, q]
+            if a == c:
+                if not acc > 0.0:
+                    return None
+                low[a, a] = math.sqrt(acc)
+            else:
+                low[a, c] = acc / low[c, c]
+    z = np.ones(d)
+    for a in range(d):  # L z = 1
+        for q in range(a):
+            z[a] -= low[a, q] * z[q]
+        z[a] /= low[a, a]
+    for a in range(d - 1, -1, -1):  # L' c = z
+        for q in range(a + 1, d):
+            z[a] -= low[q, a] * z[q]
+        z[a] /= low[a, a]
+    total = z.sum()
+    if not (abs(total) > 0.0 and math.isfinite(total)):
+        return None
+    return z / total
+
+
+@njit(inline="always")
+def design_history(n, m):
+    """Workspace of :func:`record_and_extrapolate` for one column: (iterates on the rows,
+    their residuals, the extrapolated point, its residual, count)."""
+    return (
+        np.empty((DEPTH + 1, n)),
+        np.empty((DEPTH + 1, m)),
+        np.empty(n),
+        np.empty(m),
+        np.zeros(1, dtype=np.int64),
+    )
+
+
+@njit(nogil=True, fastmath=FAST)
+def record_and_extrapolate(src, res, x, rows, n_rows, code, params, history):
+    """Record the sweep's x on rows[:n_rows] and its residual res = C x - d; after
+    DEPTH + 1 of them, move (x, res) to the extrapolation (projected into each row's
+    bounds) where that lowers F = 1/2 ||res||^2 + h(x).  The residual is linear in x, so
+    the extrapolated one is the same combination of the recorded ones (no pass over C
+    but for the rows the projection moved).  Returns the change of F (<= 0)."""
+    xs, rs, x_ext, r_ext, count = history
+    k = count[0]
+    for a in range(n_rows):
+        xs[k, a] = x[rows[a]]
+    rs[k, :] = res
+    count[0] = k + 1
+    if k < DEPTH:
+        return 0.0
+    count[0] = 0
+    gram = np.zeros((DEPTH, DEPTH))
+    for a in range(DEPTH):
+        for c in range(a + 1):
+            acc = 0.0
+            for t in range(n_rows):
+                acc += (xs[a + 1, t] - xs[a, t]) * (xs[c + 1, t] - xs[c, t])
+            gram[a, c] = acc
+            gram[c, a] = acc
+    coef = solve_ones(gram)
+    if coef is None:
+        return 0.0
+    m = res.shape[0]
+    r_ext[:] = 0.0
+    for a in range(DEPTH):
+        ca = coef[a]
+        for s in range(m):
+            r_ext[s] += ca * rs[a + 1, s]
+    change = 0.0
+    for t in range(n_rows):
+        j = rows[t]
+        v = 0.0
+        for a in range(DEPTH):
+            v += coef[a] * xs[a + 1, t]
+        lam, lb, ub, p = params[j, 0], params[j, 1], params[j, 2], params[j, 3]
+        inside = min(max(v, lb), ub)
+        if inside != v:  # projected into the row's bounds: its residual follows
+            _move(src, r_ext, j, inside - v)
+        x_ext[t] = inside
+        change += h_scalar(code, inside, lam, lb, ub, p) - h_scalar(code, x[j], lam, lb, ub, p)
+    for s in range(m):
+        change += 0.5 * (r_ext[s] - res[s]) * (r_ext[s] + res[s])
+    if not change < 0.0:
+        return 0.0
+    for t in range(n_rows):
+        x[rows[t]] = x_ext[t]
+    res[:] = r_ext
+    return change
+
+
+@njit(inline="always")
+def forget(history):
+    """Start the record over (the rows changed)."""
+    history[4][0] = 0
