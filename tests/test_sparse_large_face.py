@@ -202,3 +202,30 @@ def test_every_piecewise_linear_penalty_takes_the_same_road_through_the_api(pena
     assert np.all(f <= f_ref * (1 + 1e-10))
     res32 = mg.least_squares(c.astype(np.float32), d.astype(np.float32), penalty)
     assert res32.x.dtype == np.float32 and res32.converged
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_damped_newton_step_on_a_nearly_square_face(seed):
+    # ~1000 free variables in 1000 rows of a random sparse C: the face's columns are
+    # nearly dependent, and the undamped step spent its CG iterations on moves along
+    # them that the path cut back to nothing (seed 1: not done in 200 rounds).  The
+    # damped one: the KKT conditions (from C itself), F no higher, CG at most 0.6 times
+    c = scipy.sparse.random(1000, 4000, density=0.005, format="csc", random_state=seed)
+    d = np.random.default_rng(seed).uniform(size=1000)
+    norms = np.asarray(c.multiply(c).sum(axis=0)).ravel()
+    s = equilibration(norms)
+    faces = Faces(np, row_scaled_penalty(mg.NonNeg(), s), c.shape[1])
+    runs = {}
+    for damping in (0.0, 1.0):
+        y, status, _, cg = projected_newton_on_source(
+            DesignSource(c, s), d[:, None], faces, np.zeros((c.shape[1], 1)), damping=damping
+        )
+        x = y[:, 0] * s
+        runs[damping] = (status[0], cg[0], 0.5 * np.sum((c @ x - d) ** 2), x)
+    status, cg, f, x = runs[1.0]
+    assert status == 1 and np.all(x >= 0.0)
+    grad = c.T @ (c @ x - d)
+    scale = np.abs(c.T @ d).max()
+    assert grad.min() >= -1e-10 * scale and np.abs(grad[x > 0]).max() <= 1e-10 * scale
+    assert f <= runs[0.0][2] * (1 + 1e-10)
+    assert cg <= 0.6 * runs[0.0][1]

@@ -14,9 +14,11 @@ place of bounds):
    of h whose one-sided derivative g_j + slope is negative in some direction joins the
    face (all of them at once); none, and the free gradients g_F + sigma_F vanish to the
    tolerance: the KKT conditions hold, the column is done;
-2. the Newton step on the face, A_FF dz = -(g_F + sigma_F), by conjugate gradients with
-   A_FF p = C_F'(C_F p) (two passes over C_F's columns, Jacobi-preconditioned), to a
-   relative accuracy that tightens as the KKT residual falls (inexact Newton);
+2. the Newton step on the face, (A_FF + mu I) dz = -(g_F + sigma_F), damped by mu
+   proportional to the KKT residual (Levenberg-Marquardt; :data:`DAMPING`), by
+   conjugate gradients with A_FF p = C_F'(C_F p) (two passes over C_F's columns,
+   Jacobi-preconditioned), to a relative accuracy that tightens as the KKT residual
+   falls (inexact Newton);
 3. the first minimiser of F along the projected path x(t) = clip(x + t dz) into each
    variable's piece, t >= 0, found exactly: F is quadratic between the piece ends the
    path meets, and at each end one variable is fixed and its part of the direction
@@ -57,6 +59,14 @@ from .pwl_active_set import (
 #: The largest relative decrease of the face's gradient a round's CG aims at (the square
 #: root of the KKT residual's decrease so far, once it is smaller: inexact Newton).
 CG_REL = 1e-2
+
+#: The Newton step's damping: CG solves (A_FF + mu I) dz = -(g_F + sigma_F) with mu this
+#: times the KKT residual over max|x| (Levenberg-Marquardt's choice, mu -> 0 with the
+#: residual: the last rounds are Newton's).  A face of C with nearly dependent columns
+#: (thousands of free variables in as many rows) gives the undamped step huge moves along
+#: its near-null directions that change F by nothing: the path met a bound at t ~ 1e-4
+#: after thousands of CG iterations, round after round.
+DAMPING = 1.0
 
 #: Most CG iterations in one round: this times |F|, plus CG_EXTRA.
 CG_PER_FREE = 4
@@ -103,15 +113,15 @@ def _face_product(src, x, face, f, p, u, zero_r, out):
 
 
 @njit(nogil=True, fastmath=FAST)
-def _cg(src, x, face, f, diag, b, target, cg_max, ws):
-    """dz[:f] ~ A_FF^{-1} b[:f] by Jacobi-preconditioned CG from 0, until max|residual|
-    <= ``target`` or ``cg_max`` iterations.  Returns (dz, iterations)."""
+def _cg(src, x, face, f, diag, mu, b, target, cg_max, ws):
+    """dz[:f] ~ (A_FF + mu I)^{-1} b[:f] by Jacobi-preconditioned CG from 0, until
+    max|residual| <= ``target`` or ``cg_max`` iterations.  Returns (dz, iterations)."""
     dz, r, z, p, ap, u, zero_r = ws
     rz = 0.0
     for a in range(f):
         dz[a] = 0.0
         r[a] = b[a]
-        z[a] = r[a] / diag[face[a]]
+        z[a] = r[a] / (diag[face[a]] + mu)
         p[a] = z[a]
         rz += r[a] * z[a]
     k = 0
@@ -125,6 +135,7 @@ def _cg(src, x, face, f, diag, b, target, cg_max, ws):
         _face_product(src, x, face, f, p, u, zero_r, ap)
         pap = 0.0
         for a in range(f):
+            ap[a] += mu * p[a]
             pap += p[a] * ap[a]
         if not pap > 0.0:  # no curvature left along p (a singular face): stop here
             break
@@ -133,7 +144,7 @@ def _cg(src, x, face, f, diag, b, target, cg_max, ws):
         for a in range(f):
             dz[a] += alpha * p[a]
             r[a] -= alpha * ap[a]
-            z[a] = r[a] / diag[face[a]]
+            z[a] = r[a] / (diag[face[a]] + mu)
             rz_new += r[a] * z[a]
         beta = rz_new / rz
         rz = rz_new
@@ -223,7 +234,7 @@ def _path_search(src, res, tab, x, q, face, f, dz, b, ws):
 
 
 @njit(nogil=True, fastmath=FAST)
-def _column(src, res, tab, x, q, diag, tol, floor, max_rounds, ws):
+def _column(src, res, tab, x, q, diag, tol, floor, max_rounds, damping, ws):
     """One column (x, q in: a feasible start and its states; res = C x - d; out: the
     answer).  Returns (status, rounds, CG iterations): 1 the KKT conditions hold to
     ``tol (max A_jj max|x| + floor)``, 0 not within ``max_rounds``, -1 F unbounded
@@ -279,7 +290,8 @@ def _column(src, res, tab, x, q, diag, tol, floor, max_rounds, ws):
             top = max(top, abs(b[a]))
         eta = min(CG_REL, math.sqrt(worst / first))
         target = max(eta * top, 0.5 * eps)
-        dz, k = _cg(src, x, face, f, diag, b, target, CG_PER_FREE * f + CG_EXTRA, cg_ws)
+        mu = damping * worst / x_max if x_max > 0.0 else 0.0
+        dz, k = _cg(src, x, face, f, diag, mu, b, target, CG_PER_FREE * f + CG_EXTRA, cg_ws)
         cg_total += k
         # 3. the projected path's first minimiser (b: g_F + sigma_F)
         for a in range(f):
@@ -292,7 +304,7 @@ def _column(src, res, tab, x, q, diag, tol, floor, max_rounds, ws):
 
 
 @njit(nogil=True, fastmath=FAST)
-def _design_range(src, D, tab, X, Q, tol, max_rounds, c0, c1, status, rounds, cg_iters):
+def _design_range(src, D, tab, X, Q, tol, max_rounds, damping, c0, c1, status, rounds, cg_iters):
     """Columns c0..c1-1 of X (in: a feasible start, Q its states)."""
     n = X.shape[0]
     m = D.shape[0]
@@ -325,7 +337,7 @@ def _design_range(src, D, tab, X, Q, tol, max_rounds, c0, c1, status, rounds, cg
             q[i] = Q[i, col]
             if x[i] != 0.0:
                 _move(src, res, i, x[i])
-        st, rd, it = _column(src, res, tab, x, q, diag, tol, r_max + s_max, max_rounds, ws)
+        st, rd, it = _column(src, res, tab, x, q, diag, tol, r_max + s_max, max_rounds, damping, ws)
         for i in range(n):
             X[i, col] = x[i]
             Q[i, col] = q[i]
@@ -335,7 +347,7 @@ def _design_range(src, D, tab, X, Q, tol, max_rounds, c0, c1, status, rounds, cg
 
 
 def projected_newton_on_source(
-    source, D, faces, X0, *, tol=1e-12, max_rounds=MAX_ROUNDS, threads=None
+    source, D, faces, X0, *, tol=1e-12, max_rounds=MAX_ROUNDS, damping=DAMPING, threads=None
 ):
     """Projected Newton-CG (module docstring) on every column of D, from X0.
 
@@ -353,6 +365,9 @@ def projected_newton_on_source(
         The KKT test of :func:`msm_gpu.solvers.pwl_active_set.pwl_active_set`.
     max_rounds : int
         Rounds per column.
+    damping : float
+        The Newton step's damping, mu over (KKT residual / max|x|) (:data:`DAMPING`;
+        0: the undamped step).
     threads : int, optional
         Most threads (default: from the work and the CPUs available).
 
@@ -377,7 +392,19 @@ def projected_newton_on_source(
 
         def kernel(c0, c1):
             _design_range(
-                source.src, D, tab, X, Q, tol, int(max_rounds), c0, c1, status, rounds, cg_iters
+                source.src,
+                D,
+                tab,
+                X,
+                Q,
+                tol,
+                int(max_rounds),
+                float(damping),
+                c0,
+                c1,
+                status,
+                rounds,
+                cg_iters,
             )
 
         _run(kernel, 400.0 * source.nnz, c, threads)
