@@ -13,6 +13,8 @@ Cells (issue 51, and issue 48's Lasso cells):
                   (uniform entries), d uniform (default_rng(0)); NNLS against scikit-learn's
                   default positive Lasso (alpha 1e-10).  Target: exact (KKT <= 1e-10, F <=
                   the peer's) in <= 1x its time.
+    issue_seeds   the same family drawn with random_state 1 and 2 (C and d): shapes the
+                  solver was not tuned on.
     sparse        bench_shapes' sparse NNLS (|N(0,1)| entries, d = C x_true + noise) at
                   1e4 x 1e5, density 1e-4 and 1e-3.  Target: exact in <= 2x scikit-learn's
                   default time.
@@ -98,19 +100,20 @@ def _nnls_vs_sklearn(C, d, repeat):
     }
 
 
-def issue_problem(quick=False):
-    """The issue's C (CSR, uniform entries) and d (uniform)."""
+def issue_problem(quick=False, seed=0):
+    """The issue's C (CSR, uniform entries) and d (uniform); ``seed`` 0 is the issue's."""
     import scipy.sparse as sp
 
     m, n = (1000, 4000) if quick else (5000, 20_000)
-    C = sp.random(m, n, density=1e-3 * (5 if quick else 1), format="csr", random_state=0)
-    return C, np.random.default_rng(0).uniform(size=m)
+    C = sp.random(m, n, density=1e-3 * (5 if quick else 1), format="csr", random_state=seed)
+    return C, np.random.default_rng(seed).uniform(size=m)
 
 
-def cell_issue(quick=False, repeat=1):
+def cell_issue(quick=False, repeat=1, seed=0):
     """The issue's case: msm_gpu's NNLS against scikit-learn's default positive Lasso."""
-    C, d = issue_problem(quick)
-    return {"cell": "issue", "shape": C.shape, **_nnls_vs_sklearn(C, d, repeat)}
+    C, d = issue_problem(quick, seed)
+    name = "issue" if seed == 0 else f"issue seed {seed}"
+    return {"cell": name, "shape": C.shape, **_nnls_vs_sklearn(C, d, repeat)}
 
 
 def sparse_problem(m, n, density):
@@ -208,6 +211,7 @@ def cell_lasso(quick=False, repeat=3):
 
 CELLS = {
     "issue": lambda quick: [cell_issue(quick)],
+    "issue_seeds": lambda quick: [cell_issue(quick, seed=s) for s in (1, 2)],
     "sparse": lambda quick: [cell_sparse(1e-4, quick), cell_sparse(1e-3, quick)],
     "huge": lambda quick: [cell_huge(quick)],
     "dense_square": lambda quick: [cell_dense_square(quick)],
