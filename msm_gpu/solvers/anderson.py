@@ -23,7 +23,7 @@ from .pwl_active_set import _move
 DEPTH = 5
 
 
-@njit(inline="always")
+@njit(nogil=True)
 def solve_ones(gram):
     """c = G^-1 1 / (1' G^-1 1), the weights of the extrapolation, by Cholesky of
     G + 1e-10 tr(G)/d I (the differences of converging iterates are nearly dependent);
@@ -61,10 +61,11 @@ def solve_ones(gram):
     return z / total
 
 
-@njit(inline="always")
+@njit(nogil=True)
 def design_history(n, m):
     """Workspace of :func:`record_and_extrapolate` for one column: (iterates on the rows,
-    their residuals, the extrapolated point, its residual, count)."""
+    their residuals, the extrapolated point, its residual, count); with it the n floats
+    of ``shift``."""
     return (
         np.empty((DEPTH + 1, n)),
         np.empty((DEPTH + 1, m)),
@@ -74,22 +75,33 @@ def design_history(n, m):
     )
 
 
-@njit(nogil=True, fastmath=FAST)
-def record_and_extrapolate(src, res, x, rows, n_rows, code, params, history):
-    """Record the sweep's x on rows[:n_rows] and its residual res = C x - d; after
-    DEPTH + 1 of them, move (x, res) to the extrapolation (projected into each row's
-    bounds) where that lowers F = 1/2 ||res||^2 + h(x).  The residual is linear in x, so
-    the extrapolated one is the same combination of the recorded ones (no pass over C
-    but for the rows the projection moved).  Returns the change of F (<= 0)."""
-    xs, rs, x_ext, r_ext, count = history
+# The work that does not read C is in functions of their own (compiled once, not once per
+# form of C as the caller is), with loops in place of slice assignments (each of those
+# cost a second of compilation).
+
+
+@njit(nogil=True)
+def _record(res, x, rows, n_rows, history):
+    """Store the iterate and its residual; returns whether DEPTH + 1 are stored."""
+    xs, rs, _, _, count = history
     k = count[0]
     for a in range(n_rows):
         xs[k, a] = x[rows[a]]
-    rs[k, :] = res
+    for s in range(res.shape[0]):
+        rs[k, s] = res[s]
     count[0] = k + 1
     if k < DEPTH:
-        return 0.0
+        return False
     count[0] = 0
+    return True
+
+
+@njit(nogil=True, fastmath=FAST)
+def _combine(rows, n_rows, params, history, shift):
+    """x_ext = the extrapolation projected into each row's bounds, r_ext the same
+    combination of the residuals, shift[t] = what the projection moved row t by.
+    Returns False where the weights cannot be found."""
+    xs, rs, x_ext, r_ext, _ = history
     gram = np.zeros((DEPTH, DEPTH))
     for a in range(DEPTH):
         for c in range(a + 1):
@@ -100,33 +112,61 @@ def record_and_extrapolate(src, res, x, rows, n_rows, code, params, history):
             gram[c, a] = acc
     coef = solve_ones(gram)
     if coef is None:
-        return 0.0
-    m = res.shape[0]
-    r_ext[:] = 0.0
+        return False
+    for s in range(r_ext.shape[0]):
+        r_ext[s] = 0.0
     for a in range(DEPTH):
         ca = coef[a]
-        for s in range(m):
+        for s in range(r_ext.shape[0]):
             r_ext[s] += ca * rs[a + 1, s]
-    change = 0.0
     for t in range(n_rows):
-        j = rows[t]
         v = 0.0
         for a in range(DEPTH):
             v += coef[a] * xs[a + 1, t]
-        lam, lb, ub, p = params[j, 0], params[j, 1], params[j, 2], params[j, 3]
-        inside = min(max(v, lb), ub)
-        if inside != v:  # projected into the row's bounds: its residual follows
-            _move(src, r_ext, j, inside - v)
+        j = rows[t]
+        inside = min(max(v, params[j, 1]), params[j, 2])
         x_ext[t] = inside
-        change += h_scalar(code, inside, lam, lb, ub, p) - h_scalar(code, x[j], lam, lb, ub, p)
-    for s in range(m):
+        shift[t] = inside - v
+    return True
+
+
+@njit(nogil=True, fastmath=FAST)
+def _keep_if_lower(res, x, rows, n_rows, code, params, history):
+    """Move (x, res) to (x_ext, r_ext) where F falls; returns the change (<= 0)."""
+    _, _, x_ext, r_ext, _ = history
+    change = 0.0
+    for t in range(n_rows):
+        j = rows[t]
+        lam, lb, ub, p = params[j, 0], params[j, 1], params[j, 2], params[j, 3]
+        change += h_scalar(code, x_ext[t], lam, lb, ub, p) - h_scalar(code, x[j], lam, lb, ub, p)
+    for s in range(res.shape[0]):
         change += 0.5 * (r_ext[s] - res[s]) * (r_ext[s] + res[s])
     if not change < 0.0:
         return 0.0
     for t in range(n_rows):
         x[rows[t]] = x_ext[t]
-    res[:] = r_ext
+    for s in range(res.shape[0]):
+        res[s] = r_ext[s]
     return change
+
+
+@njit(nogil=True)
+def record_and_extrapolate(src, res, x, rows, n_rows, code, params, history, shift):
+    """Record the sweep's x on rows[:n_rows] and its residual res = C x - d; after
+    DEPTH + 1 of them, move (x, res) to the extrapolation (projected into each row's
+    bounds) where that lowers F = 1/2 ||res||^2 + h(x).  The residual is linear in x, so
+    the extrapolated one is the same combination of the recorded ones (no pass over C
+    but for the rows the projection moved).  ``shift``: n floats of scratch.  Returns
+    the change of F (<= 0)."""
+    if not _record(res, x, rows, n_rows, history):
+        return 0.0
+    if not _combine(rows, n_rows, params, history, shift):
+        return 0.0
+    r_ext = history[3]
+    for t in range(n_rows):
+        if shift[t] != 0.0:  # projected into the row's bounds: its residual follows
+            _move(src, r_ext, rows[t], shift[t])
+    return _keep_if_lower(res, x, rows, n_rows, code, params, history)
 
 
 @njit(inline="always")

@@ -279,6 +279,8 @@ def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, hi
     every = np.arange(n)
     work = (np.empty(n, dtype=np.int64), np.empty(n), np.zeros(WS_BINS, dtype=np.int64))
     history_ws = design_history(n, m)
+    shift = np.empty(n)
+    steps = np.empty(RATE_SPAN)
     for col in range(c0, c1):
         for t in range(m):
             res[t] = -D[t, col]
@@ -316,7 +318,8 @@ def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, hi
             if not done:
                 budget = max(warm, min(cap, int(in_sweeps)))
         # the lowest ||step|| up to each of the last RATE_SPAN windows' full sweeps
-        steps = np.full(RATE_SPAN, math.inf)
+        for w in range(RATE_SPAN):
+            steps[w] = math.inf
         n_windows = 0
         rows = work[0]
         n_rows = n
@@ -338,7 +341,9 @@ def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, hi
             k += 1
             f += df
             if extrapolate:
-                f += record_and_extrapolate(src, res, x, rows, n_rows, code, params, history_ws)
+                f += record_and_extrapolate(
+                    src, res, x, rows, n_rows, code, params, history_ws, shift
+                )
             if k < history.shape[0]:
                 history[k] += f
             if not (math.isfinite(step2) and math.isfinite(f)):
