@@ -229,3 +229,24 @@ def test_the_damped_newton_step_on_a_nearly_square_face(seed):
     assert grad.min() >= -1e-10 * scale and np.abs(grad[x > 0]).max() <= 1e-10 * scale
     assert f <= runs[0.0][2] * (1 + 1e-10)
     assert cg <= 0.6 * runs[0.0][1]
+
+
+def test_the_face_product_by_rows_equals_the_dense_one():
+    # sparse C: the face's rows (CSR of C_F, built per round) carry the CG product; it
+    # must equal C_F'(C_F p) formed densely, on a face with empty rows and repeated rows
+    from msm_gpu.solvers import projected_newton as pn
+
+    rng = np.random.default_rng(11)
+    c = scipy.sparse.random(60, 90, density=0.08, format="lil", random_state=rng)
+    c[30:35, :] = 0.0  # rows with no entry in any column
+    c[0, :3] = 1.0  # and the first row has some
+    c = scipy.sparse.csc_matrix(c)
+    c.eliminate_zeros()
+    face = np.sort(rng.choice(90, 50, replace=False)).astype(np.int64)
+    p = rng.standard_normal(90)
+    src = DesignSource(c).src
+    rows = (np.empty(61, dtype=np.int64), np.empty(c.nnz, dtype=np.int64), np.empty(c.nnz))
+    out, u = np.empty(90), np.empty(60)
+    pn._face_rows_and_product(src, face, 50, p, u, out, rows)
+    dense = c.toarray()[:, face]
+    np.testing.assert_allclose(out[:50], dense.T @ (dense @ p[:50]), rtol=1e-12, atol=1e-12)
