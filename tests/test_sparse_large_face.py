@@ -245,7 +245,7 @@ def test_the_face_product_by_rows_equals_the_dense_one():
     face = np.sort(rng.choice(90, 50, replace=False)).astype(np.int64)
     p = rng.standard_normal(90)
     src = DesignSource(c).src
-    rows = (np.empty(61, dtype=np.int64), np.empty(c.nnz, dtype=np.int64), np.empty(c.nnz))
+    rows = (np.empty(61, dtype=np.int64), np.empty(c.nnz, dtype=np.int32), np.empty(c.nnz))
     out, u = np.empty(90), np.empty(60)
     pn._face_rows_and_product(src, face, 50, p, u, out, rows)
     dense = c.toarray()[:, face]

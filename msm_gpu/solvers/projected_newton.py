@@ -123,10 +123,12 @@ def _ol_face_rows_workspace(src, m):
 
         def sparse(src, m):
             nnz = src[0][src[0].shape[0] - 1]
-            return (np.empty(m + 1, dtype=np.int64), np.empty(nnz, dtype=np.int64), np.empty(nnz))
+            # face positions as int32, as C's own indices: the copy is never larger
+            # than C (12 bytes an entry)
+            return (np.empty(m + 1, dtype=np.int64), np.empty(nnz, dtype=np.int32), np.empty(nnz))
 
         return sparse
-    return lambda src, m: (np.empty(1, dtype=np.int64), np.empty(1, dtype=np.int64), np.empty(1))
+    return lambda src, m: (np.empty(1, dtype=np.int64), np.empty(1, dtype=np.int32), np.empty(1))
 
 
 @overload(_face_rows)
