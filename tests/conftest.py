@@ -83,7 +83,7 @@ SLOW = {
         "every convex penalty on a sparse A against the dense exact answer"
     ),
     "tests/test_sparse_large_face.py::test_projected_newton_reaches_the_reference": (
-        "a face of 2000+ free variables per penalty"
+        "a face of 1000+ free variables per penalty"
     ),
     "tests/test_nmf_beta.py::test_divergence_is_scikit_learns": "every beta",
     "tests/test_robust_hypothesis.py": "hypothesis's random problems",

@@ -107,8 +107,8 @@ def _large_face_problem():
 
 
 def test_nnls_on_a_large_sparse_face_takes_the_newton_road_and_is_exact(monkeypatch):
-    # the road is taken from NEWTON_MIN_FREE free variables (2000: too slow for a quick
-    # test); the same face with the threshold at 0
+    # the road is taken from NEWTON_MIN_FREE free variables (1000: too slow for a quick
+    # test against SciPy); the same face with the threshold at 0
     monkeypatch.setattr(design_form, "NEWTON_MIN_FREE", 0)
     c, d = _large_face_problem()
     res = mg.nnls(c, d)
@@ -122,8 +122,10 @@ def test_nnls_on_a_large_sparse_face_takes_the_newton_road_and_is_exact(monkeypa
 
 
 def test_below_the_threshold_the_active_set_finishes():
-    # a few hundred free variables: the factorised active set is cheaper (measured)
-    c, d = _large_face_problem()
+    # some 770 free variables: the factorised active set is cheaper (measured)
+    rng = np.random.default_rng(1)
+    c = scipy.sparse.random(700, 2000, density=3e-3, format="csc", random_state=rng)
+    d = rng.uniform(size=700)
     res = mg.nnls(c, d)
     assert np.count_nonzero(res.x) < design_form.NEWTON_MIN_FREE
     assert "newton_columns" not in res.info and res.info["finish_columns"] == 1
@@ -250,3 +252,18 @@ def test_the_face_product_by_rows_equals_the_dense_one():
     pn._face_rows_and_product(src, face, 50, p, u, out, rows)
     dense = c.toarray()[:, face]
     np.testing.assert_allclose(out[:50], dense.T @ (dense @ p[:50]), rtol=1e-12, atol=1e-12)
+
+
+def test_a_face_of_some_1400_free_variables_takes_the_newton_road():
+    # above NEWTON_MIN_FREE (1000) at default options: the projected Newton-CG, exact by
+    # the KKT conditions computed from C itself
+    c = scipy.sparse.random(1500, 5000, density=0.003, format="csr", random_state=11)
+    d = np.random.default_rng(11).uniform(size=1500)
+    res = mg.nnls(c, d)
+    x = np.asarray(res.x).ravel()
+    assert np.count_nonzero(x) > design_form.NEWTON_MIN_FREE
+    assert res.info.get("newton_columns") == 1 and res.converged
+    grad = c.T @ (c @ x - d)
+    scale = np.abs(c.T @ d).max()
+    assert np.all(x >= 0.0) and grad.min() >= -1e-10 * scale
+    assert np.abs(grad[x > 0]).max() <= 1e-10 * scale

@@ -46,7 +46,7 @@ DESIGN_PASSES = 16
 #: Free variables at the sweeps' end from which a face goes to the projected Newton-CG
 #: rather than the active set: the active set's dense factor, built one row at a time,
 #: costs seconds beyond this size (measurements: docs/benchmarks/shapes.md, issue 51).
-NEWTON_MIN_FREE = 2000
+NEWTON_MIN_FREE = 1000
 
 #: The design form's active set on a dense C with m >= n rows and n <= ACTIVE_SET_MAX_N
 #: gets at most max(48, n / this) face solves; a column it leaves goes to the Gram form
