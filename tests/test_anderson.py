@@ -51,7 +51,7 @@ def _record(c, d, points, rows, x):
         x[:] = point
         res = c @ x - d
         change = anderson.record_and_extrapolate(
-            source.src, res, x, rows, rows.size, penalty.code, params, history, np.empty(n)
+            source.src, res, x, rows, rows.size, penalty.code, params, history
         )
     return change, res
 

@@ -9,13 +9,18 @@ import numpy as np
 import pytest
 import scipy.optimize
 import scipy.sparse
+from numba import njit
 from test_rank_deficient import PENALTIES, _f, _problem, _reference
 
 import msm_gpu as mg
 from msm_gpu._input.scaling import equilibration, row_scaled_penalty
 from msm_gpu.finish import design_form
 from msm_gpu.finish.faces import Faces
-from msm_gpu.solvers.projected_newton import projected_newton_on_source
+from msm_gpu.solvers.projected_newton import (
+    _face_product,
+    _face_rows,
+    projected_newton_on_source,
+)
 from msm_gpu.solvers.pwl_active_set import DesignSource
 
 
@@ -233,11 +238,16 @@ def test_the_damped_newton_step_on_a_nearly_square_face(seed):
     assert cg <= 0.6 * runs[0.0][1]
 
 
+@njit
+def _rows_and_product(src, face, f, p, u, out, rows):
+    """The projected Newton-CG's face rows, then its product (``out``: n entries)."""
+    _face_rows(src, face, f, rows)
+    _face_product(src, u, face, f, p, u, np.zeros(out.shape[0]), out, rows)
+
+
 def test_the_face_product_by_rows_equals_the_dense_one():
     # sparse C: the face's rows (CSR of C_F, built per round) carry the CG product; it
     # must equal C_F'(C_F p) formed densely, on a face with empty rows and repeated rows
-    from msm_gpu.solvers import projected_newton as pn
-
     rng = np.random.default_rng(11)
     c = scipy.sparse.random(60, 90, density=0.08, format="lil", random_state=rng)
     c[30:35, :] = 0.0  # rows with no entry in any column
@@ -249,7 +259,7 @@ def test_the_face_product_by_rows_equals_the_dense_one():
     src = DesignSource(c).src
     rows = (np.empty(61, dtype=np.int64), np.empty(c.nnz, dtype=np.int32), np.empty(c.nnz))
     out, u = np.empty(90), np.empty(60)
-    pn._face_rows_and_product(src, face, 50, p, u, out, rows)
+    _rows_and_product(src, face, 50, p, u, out, rows)
     dense = c.toarray()[:, face]
     np.testing.assert_allclose(out[:50], dense.T @ (dense @ p[:50]), rtol=1e-12, atol=1e-12)
 

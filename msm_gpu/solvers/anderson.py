@@ -64,26 +64,27 @@ def solve_ones(gram):
 @njit(nogil=True)
 def design_history(n, m):
     """Workspace of :func:`record_and_extrapolate` for one column: (iterates on the rows,
-    their residuals, the extrapolated point, its residual, count); with it the n floats
-    of ``shift``."""
+    their residuals, the extrapolated point, its residual, what the projection moved
+    each row by, count)."""
     return (
         np.empty((DEPTH + 1, n)),
         np.empty((DEPTH + 1, m)),
         np.empty(n),
         np.empty(m),
+        np.empty(n),
         np.zeros(1, dtype=np.int64),
     )
 
 
 # The work that does not read C is in functions of their own (compiled once, not once per
-# form of C as the caller is), with loops in place of slice assignments (each of those
-# cost a second of compilation).
+# form of C as the caller is), with loops in place of slice assignments (Numba compiles a
+# shape-mismatch message for each: docs/first_call.md).
 
 
 @njit(nogil=True)
 def _record(res, x, rows, n_rows, history):
     """Store the iterate and its residual; returns whether DEPTH + 1 are stored."""
-    xs, rs, _, _, count = history
+    xs, rs, _, _, _, count = history
     k = count[0]
     for a in range(n_rows):
         xs[k, a] = x[rows[a]]
@@ -97,11 +98,11 @@ def _record(res, x, rows, n_rows, history):
 
 
 @njit(nogil=True, fastmath=FAST)
-def _combine(rows, n_rows, params, history, shift):
+def _combine(rows, n_rows, params, history):
     """x_ext = the extrapolation projected into each row's bounds, r_ext the same
     combination of the residuals, shift[t] = what the projection moved row t by.
     Returns False where the weights cannot be found."""
-    xs, rs, x_ext, r_ext, _ = history
+    xs, rs, x_ext, r_ext, shift, _ = history
     gram = np.zeros((DEPTH, DEPTH))
     for a in range(DEPTH):
         for c in range(a + 1):
@@ -133,7 +134,7 @@ def _combine(rows, n_rows, params, history, shift):
 @njit(nogil=True, fastmath=FAST)
 def _keep_if_lower(res, x, rows, n_rows, code, params, history):
     """Move (x, res) to (x_ext, r_ext) where F falls; returns the change (<= 0)."""
-    _, _, x_ext, r_ext, _ = history
+    _, _, x_ext, r_ext, _, _ = history
     change = 0.0
     for t in range(n_rows):
         j = rows[t]
@@ -151,18 +152,17 @@ def _keep_if_lower(res, x, rows, n_rows, code, params, history):
 
 
 @njit(nogil=True)
-def record_and_extrapolate(src, res, x, rows, n_rows, code, params, history, shift):
+def record_and_extrapolate(src, res, x, rows, n_rows, code, params, history):
     """Record the sweep's x on rows[:n_rows] and its residual res = C x - d; after
     DEPTH + 1 of them, move (x, res) to the extrapolation (projected into each row's
     bounds) where that lowers F = 1/2 ||res||^2 + h(x).  The residual is linear in x, so
     the extrapolated one is the same combination of the recorded ones (no pass over C
-    but for the rows the projection moved).  ``shift``: n floats of scratch.  Returns
-    the change of F (<= 0)."""
+    but for the rows the projection moved).  Returns the change of F (<= 0)."""
     if not _record(res, x, rows, n_rows, history):
         return 0.0
-    if not _combine(rows, n_rows, params, history, shift):
+    if not _combine(rows, n_rows, params, history):
         return 0.0
-    r_ext = history[3]
+    r_ext, shift = history[3], history[4]
     for t in range(n_rows):
         if shift[t] != 0.0:  # projected into the row's bounds: its residual follows
             _move(src, r_ext, rows[t], shift[t])
@@ -172,4 +172,4 @@ def record_and_extrapolate(src, res, x, rows, n_rows, code, params, history, shi
 @njit(inline="always")
 def forget(history):
     """Start the record over (the rows changed)."""
-    history[4][0] = 0
+    history[5][0] = 0

@@ -39,9 +39,8 @@ WARM_SWEEPS = 10
 FACTOR_IN_SWEEPS = 200
 
 #: Sweeps between the full sweeps where the rate of convergence is measured
-#: (:func:`_sweep_range`), and the windows it is measured over: the lowest step so far
-#: against the lowest RATE_SPAN windows before (an extrapolation's jump, or a variable
-#: leaving the support, makes one window's ratio noisy).
+#: (:func:`_sweep_range`), and the windows it spans: over several, from the lowest step
+#: so far, because an extrapolation's jump makes one window's ratio noisy.
 RATE_WINDOW = 10
 RATE_SPAN = 4
 
@@ -201,26 +200,17 @@ def _working_set_phase(src, res, x, diag, b_diag, code, params, zero_r, tol, wor
 
 
 @njit(nogil=True)
-def _nonzero_rows(x, rows):
-    """rows[:k] = the nonzeros of x, in order; returns k."""
+def _nonzero_rows(x, rows, n_rows):
+    """rows[:k] = the nonzeros of x, in order; returns (k, whether rows[:n_rows] held
+    other rows before)."""
     k = 0
+    changed = False
     for j in range(x.shape[0]):
         if x[j] != 0.0:
+            changed = changed or k >= n_rows or rows[k] != j
             rows[k] = j
             k += 1
-    return k
-
-
-@njit(nogil=True)
-def _same_nonzero_rows(x, rows, n_rows):
-    """Whether the nonzeros of x are rows[:n_rows]."""
-    k = 0
-    for j in range(x.shape[0]):
-        if x[j] != 0.0:
-            if k >= n_rows or rows[k] != j:
-                return False
-            k += 1
-    return k == n_rows
+    return k, changed or k != n_rows
 
 
 @njit(nogil=True)
@@ -279,7 +269,6 @@ def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, hi
     every = np.arange(n)
     work = (np.empty(n, dtype=np.int64), np.empty(n), np.zeros(WS_BINS, dtype=np.int64))
     history_ws = design_history(n, m)
-    shift = np.empty(n)
     steps = np.empty(RATE_SPAN)
     for col in range(c0, c1):
         for t in range(m):
@@ -317,9 +306,8 @@ def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, hi
             f += df
             if not done:
                 budget = max(warm, min(cap, int(in_sweeps)))
-        # the lowest ||step|| up to each of the last RATE_SPAN windows' full sweeps
-        for w in range(RATE_SPAN):
-            steps[w] = math.inf
+        # the lowest ||step|| so far, and its value at the last RATE_SPAN windows
+        low = math.inf
         n_windows = 0
         rows = work[0]
         n_rows = n
@@ -331,9 +319,9 @@ def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, hi
             full = not use_ws or k < warm or (k + 1 - warm) % RATE_WINDOW == 0
             if full:
                 step2, size2, df = _sweep(src, res, x, diag, b_diag, code, params, zero_r, every, n)
-                if not _same_nonzero_rows(x, rows, n_rows):
+                n_rows, changed = _nonzero_rows(x, rows, n_rows)
+                if changed:
                     forget(history_ws)
-                    n_rows = _nonzero_rows(x, rows)
             else:
                 step2, size2, df = _sweep(
                     src, res, x, diag, b_diag, code, params, zero_r, rows, n_rows
@@ -341,9 +329,7 @@ def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, hi
             k += 1
             f += df
             if extrapolate:
-                f += record_and_extrapolate(
-                    src, res, x, rows, n_rows, code, params, history_ws, shift
-                )
+                f += record_and_extrapolate(src, res, x, rows, n_rows, code, params, history_ws)
             if k < history.shape[0]:
                 history[k] += f
             if not (math.isfinite(step2) and math.isfinite(f)):
@@ -368,17 +354,17 @@ def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, hi
                     budget = max(warm, min(cap, int(in_sweeps)))
                     if use_ws:  # no finish follows where they end: sweep to rounding
                         col_tol = min(tol, ALONE_TOL)
-            if k > warm and (k - warm) % RATE_WINDOW == 0:
-                # linear convergence at the rate seen: hand over early when tol is
-                # further away than the sweeps left (an ill-conditioned face)
-                span = min(n_windows, RATE_SPAN)
-                last = steps[(n_windows - span) % RATE_SPAN]
-                low = min(step, steps[(n_windows - 1) % RATE_SPAN])
-                rate = (low / last) ** (1.0 / (span * RATE_WINDOW)) if last > 0.0 else 0.0
-                if rate >= 1.0 or math.log(target / step) / math.log(rate) > budget - k:
-                    break
             if k >= warm and (k - warm) % RATE_WINDOW == 0:
-                steps[n_windows % RATE_SPAN] = min(step, steps[(n_windows - 1) % RATE_SPAN])
+                low = min(low, step)
+                if k > warm:
+                    # linear convergence at the rate seen: hand over early when tol is
+                    # further away than the sweeps left (an ill-conditioned face)
+                    span = min(n_windows, RATE_SPAN)
+                    last = steps[(n_windows - span) % RATE_SPAN]
+                    rate = (low / last) ** (1.0 / (span * RATE_WINDOW)) if last > 0.0 else 0.0
+                    if rate >= 1.0 or math.log(target / step) / math.log(rate) > budget - k:
+                        break
+                steps[n_windows % RATE_SPAN] = low
                 n_windows += 1
         for kk in range(min(k + 1, history.shape[0]), history.shape[0]):
             history[kk] += f

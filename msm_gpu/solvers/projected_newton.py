@@ -63,10 +63,9 @@ CG_REL = 1e-2
 
 #: The Newton step's damping: CG solves (A_FF + mu I) dz = -(g_F + sigma_F) with mu this
 #: times the KKT residual over max|x| (Levenberg-Marquardt's choice, mu -> 0 with the
-#: residual: the last rounds are Newton's).  A face of C with nearly dependent columns
-#: (thousands of free variables in as many rows) gives the undamped step huge moves along
-#: its near-null directions that change F by nothing: the path met a bound at t ~ 1e-4
-#: after thousands of CG iterations, round after round.
+#: residual: the last rounds are Newton's).  Undamped, a face of nearly dependent columns
+#: sends the step far along directions that change F by nothing, and the path stops at
+#: the first bound they meet (docs/benchmarks/shapes.md, issue 51).
 DAMPING = 1.0
 
 #: Most CG iterations in one round: this times |F|, plus CG_EXTRA.
@@ -109,8 +108,8 @@ def _face_rows_workspace(src, m):
 
 def _face_rows(src, face, f, rows):
     """The rows of C_F (CSR, columns numbered by their place in the face) into ``rows``;
-    sparse C only: its product then reads C_F by rows, where scattering its columns
-    into C_F p was a fifth slower."""
+    sparse C only: its product then forms C_F p by gathers along rows, not by scattering
+    C_F's columns into it."""
 
 
 def _face_product(src, x, face, f, p, u, zero_r, out, rows):
@@ -124,7 +123,7 @@ def _ol_face_rows_workspace(src, m):
         def sparse(src, m):
             nnz = src[0][src[0].shape[0] - 1]
             # face positions as int32, as C's own indices: the copy is never larger
-            # than C (12 bytes an entry)
+            # than C
             return (np.empty(m + 1, dtype=np.int64), np.empty(nnz, dtype=np.int32), np.empty(nnz))
 
         return sparse
@@ -186,14 +185,6 @@ def _ol_face_product(src, x, face, f, p, u, zero_r, out, rows):
             out[a] = gradient(src, x, u, zero_r, face[a])
 
     return by_columns
-
-
-@njit(nogil=True)
-def _face_rows_and_product(src, face, f, p, u, out, rows):
-    """:func:`_face_rows`, then :func:`_face_product` (for the tests; ``out`` has n
-    entries)."""
-    _face_rows(src, face, f, rows)
-    _face_product(src, u, face, f, p, u, np.zeros(out.shape[0]), out, rows)
 
 
 @njit(nogil=True, fastmath=FAST)
