@@ -47,7 +47,8 @@ class Design:
     cols : (k,) int ndarray or None
         The columns of D this design stands for (:meth:`columns`); None: all of them.
     c_norms : (n,) float64 ndarray or None
-        ||c_j||^2 of the rescaled C, where the input checks' pass over C found them.
+        ||c_j||^2 of the rescaled C, where the input checks' pass over C (or a CSC C's
+        scaled copy) found them.
     d_squares : (r,) float64 ndarray or None
         ||d_j||^2 of every column of D in internal units (D 2^-d_exp), where the input
         checks' pass over D found them: F at x = 0 without a pass over D.

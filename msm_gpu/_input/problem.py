@@ -296,6 +296,7 @@ def prepare_design(C, D, penalty, x0, backend, *, c_order=None) -> DesignProblem
     e_c = exponent_of(max_abs(C) if c_stats is None else c_stats[1])
     d_max = max_abs(D) if stats is None else stats[1]
     e_d = exponent_of(d_max) if d_max > 0 else e_c
+    c_squares = None
     if be.on_host and not c_kind.sparse and not c_kind.on_device:
         # one scaled copy; F-ordered where the design form will read its columns in place
         # (a wide C, or the caller's hint), else in C's layout (a straight copy: several
@@ -304,7 +305,8 @@ def prepare_design(C, D, penalty, x0, backend, *, c_order=None) -> DesignProblem
         order = "F" if wide or c_order == "F" else None
         c = scaled_dense_copy(be, C, dtype, -e_c, order=order, retained=True)
     elif be.on_host and c_kind.sparse and not c_kind.on_device:
-        c = scaled_sparse_copy(C, dtype, -e_c)
+        # a CSC C's column sums of squares from the same pass (the design form's ||c_j||^2)
+        c, c_squares = scaled_sparse_copy(C, dtype, -e_c, column_squares=True)
     else:
         c = ldexp(_on_backend(be, C, dtype, c_kind), -e_c)
     if be.on_host and isinstance(D, np.ndarray) and D.dtype == dtype:
@@ -337,7 +339,7 @@ def prepare_design(C, D, penalty, x0, backend, *, c_order=None) -> DesignProblem
             c,
             d,
             d_exp,
-            c_norms=_column_squares(c_stats, e_c),
+            c_norms=_column_squares(c_stats, e_c) if c_squares is None else c_squares,
             d_squares=_column_squares(d_stats, e_d),
         ),
         dtype=dtype,

@@ -117,13 +117,22 @@ def _transposed_scaled_copy(x, factor, out_t):
                     row[i] *= factor
 
 
-def scaled_sparse_copy(x, dtype, e: int):
+def scaled_sparse_copy(x, dtype, e: int, column_squares=False):
     """``x * 2^e`` for a host SciPy CSR/CSC matrix ``x``, as a new matrix of its format in
     ``dtype``: the entries converted and scaled in one pass into one fresh array (not a
     converted copy and then a scaled one), the index arrays copied (an in-place sort of
-    the result never reaches the user's)."""
+    the result never reaches the user's).
+
+    ``column_squares``: returns (copy, squares), ``squares`` the sums of squares of the
+    copy's columns in float64 (the design form's ||c_j||^2), found in the same pass where
+    ``x`` is CSC with float32/float64 entries (None otherwise)."""
     factor = _power_of_two(dtype, e)
-    if factor is not None:
+    squares = None
+    if column_squares and factor is not None and _csc_floats(x, dtype):
+        data = np.empty(x.data.shape, dtype=dtype)
+        squares = np.empty(x.shape[1])
+        _scaled_csc_squares(x.indptr, x.data, factor, data, squares)
+    elif factor is not None:
         data = np.multiply(x.data, factor, dtype=dtype)
     else:
         data = _times_power_of_two(x.data.astype(dtype), e, in_place=True)
@@ -131,7 +140,27 @@ def scaled_sparse_copy(x, dtype, e: int):
     # SciPy's own flag, found once per matrix and kept on it: the copy's indices are in
     # the same order, and a later sort_indices() need not check them again (an O(nnz) pass)
     out.has_sorted_indices = x.has_sorted_indices
-    return out
+    return (out, squares) if column_squares else out
+
+
+def _csc_floats(x, dtype) -> bool:
+    floats = (np.dtype(np.float32), np.dtype(np.float64))
+    return x.format == "csc" and x.data.dtype in floats and np.dtype(dtype) in floats
+
+
+@njit(nogil=True)
+def _scaled_csc_squares(indptr, data, factor, out, squares):
+    """``out = data * factor`` (each entry cast to out's dtype first, as in
+    :func:`scaled_sparse_copy`) and ``squares[j]`` the float64 sum of squares of column
+    j of the result, in one pass (a separate pass for the squares cost as much again)."""
+    for j in range(squares.shape[0]):
+        acc = 0.0
+        for p in range(indptr[j], indptr[j + 1]):
+            out[p] = data[p]  # the cast
+            out[p] *= factor
+            v = np.float64(out[p])
+            acc += v * v
+        squares[j] = acc
 
 
 def _power_of_two(dtype, e: int):

@@ -292,6 +292,8 @@ def _solve_exact(problem, options, started, gram_fallback, probe=False):
             y[:, finish],
             max_iter=cap,
             grow=grow,
+            diag_max=float(diag_s.max(initial=0.0)),
+            grad_max=sweeps.grad_max[finish],
             threads=opts.threads,
         )
     x = y * s[:, None]

@@ -72,7 +72,8 @@ def _sweep(src, res, x, diag, b_diag, code, params, zero_r, rows, n_rows):
 def _violations(src, res, x, b_diag, code, params, zero_r, scores):
     """scores[j] = sqrt(B_jj) |prox step of row j|: how far row j is from its 1-D optimum
     (zero exactly where the KKT conditions hold for it).  One pass over C; returns the
-    largest."""
+    largest, and the largest |g_j| (g = A x + r; at x = 0, max |C'd|: the active set's
+    scale of the gradient)."""
 
 
 # Overloads on the form of ``src``: the row's gradient and residual update are inlined
@@ -114,18 +115,20 @@ def _ol_violations(src, res, x, b_diag, code, params, zero_r, scores):
 
     def violations(src, res, x, b_diag, code, params, zero_r, scores):
         top = 0.0
+        g_top = 0.0
         for j in range(x.shape[0]):
             b = b_diag[j]
             scores[j] = 0.0
-            if not b > 0.0:
+            if not b > 0.0:  # a zero column (theta = 0): g_j = 0
                 continue
             g = gradient(src, x, res, zero_r, j)
+            g_top = max(g_top, abs(g))
             z, _ = prox_scalar(
                 code, g - b * x[j], b, params[j, 0], params[j, 1], params[j, 2], params[j, 3]
             )
             scores[j] = abs(z - x[j]) * math.sqrt(b)
             top = max(top, scores[j])
-        return top
+        return top, g_top
 
     return violations
 
@@ -174,21 +177,24 @@ def _working_set_phase(src, res, x, diag, b_diag, code, params, zero_r, tol, wor
     ``tol``; then one pass over all rows, and the set doubles while rows outside it
     still violate (by more than ``tol`` times ``first``, the largest violation of the
     first pass when ``first`` < 0).  Returns (sweeps, the change of F, whether no row
-    outside the set violates, ``first``)."""
+    outside the set violates, ``first``, the largest |g_j| of the first pass)."""
     rows, scores, counts = work
     n = x.shape[0]
     size = WS_START
     sweeps = 0
     df = 0.0
+    g_first = -1.0
     for _ in range(WS_ROUNDS):
-        top = _violations(src, res, x, b_diag, code, params, zero_r, scores)
+        top, g_top = _violations(src, res, x, b_diag, code, params, zero_r, scores)
         if first < 0.0:
             first = top
+        if g_first < 0.0:
+            g_first = g_top
         if top <= tol * first or top == 0.0:
-            return sweeps, df, True, first
+            return sweeps, df, True, first, g_first
         k = _working_set(x, scores, size, rows, counts)
         if k >= n:  # the set is everything: the full sweeps take over
-            return sweeps, df, False, first
+            return sweeps, df, False, first, g_first
         for _ in range(WS_SWEEPS):
             step2, size2, d = _sweep(src, res, x, diag, b_diag, code, params, zero_r, rows, k)
             sweeps += 1
@@ -196,7 +202,7 @@ def _working_set_phase(src, res, x, diag, b_diag, code, params, zero_r, tol, wor
             if math.sqrt(step2) <= tol * math.sqrt(size2) or not math.isfinite(d):
                 break
         size = 2 * max(size, k)
-    return sweeps, df, False, first
+    return sweeps, df, False, first, g_first
 
 
 @njit(nogil=True)
@@ -242,7 +248,9 @@ def _factor_in_sweeps(x, params, m, nnz):
 
 
 @njit(nogil=True, fastmath=FAST)
-def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, history, c0, c1, out):
+def _sweep_range(
+    src, D, X, diag, b_diag, code, params, settings, floor, fun, history, c0, c1, out, grad_max
+):
     """Columns c0..c1-1 of X (in place).
 
     ``settings`` = (tol, nnz, warm, cap, working set, extrapolate): with the working set
@@ -256,7 +264,8 @@ def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, hi
     start and gets F at the end; ``history[k]`` gains each column's F after min(k, its
     sweeps).  ``out[col]`` = (sweeps,
     met tol, what finishes the column: 0 nothing, 1 the active set, 2 the projected
-    Newton-CG, its face being too large to factorise).
+    Newton-CG, its face being too large to factorise); ``grad_max[col]`` = max |C'd|
+    where the working set's first pass found it (a start at 0), else -1.
     """
     tol, nnz = settings[0], settings[1]
     warm, cap = int(settings[2]), int(settings[3])
@@ -275,10 +284,13 @@ def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, hi
             res[t] = -D[t, col]
         for j in range(n):
             x[j] = 0.0
+        cold = True
         for j in range(n):
             if X[j, col] != 0.0:
                 _move(src, res, j, X[j, col])
                 x[j] = X[j, col]
+                cold = False
+        grad_max[col] = -1.0
         f = fun[col]
         history[0] += f
         budget = warm
@@ -287,9 +299,11 @@ def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, hi
         k_ws = 0
         first = -1.0  # the working set's first largest violation (its reference)
         if use_ws:
-            k_ws, df, done, first = _working_set_phase(
+            k_ws, df, done, first, g_first = _working_set_phase(
                 src, res, x, diag, b_diag, code, params, zero_r, tol, work, -1.0
             )
+            if cold:  # its first pass read the gradient at 0: -C'd
+                grad_max[col] = g_first
             f += df
             if done:
                 budget = 0
@@ -299,7 +313,7 @@ def _sweep_range(src, D, X, diag, b_diag, code, params, settings, floor, fun, hi
             # settled on the working set, but no active set will follow: on to rounding,
             # on the working set again first
             col_tol = min(tol, ALONE_TOL)
-            k_more, df, done, _ = _working_set_phase(
+            k_more, df, done, _, _ = _working_set_phase(
                 src, res, x, diag, b_diag, code, params, zero_r, col_tol, work, first
             )
             k_ws += k_more
@@ -386,8 +400,10 @@ class Sweeps:
     step criterion), ``to_finish`` (a finish should take it from here), ``large_face``
     (its face is too large to factorise: the projected Newton-CG of
     :mod:`msm_gpu.solvers.projected_newton` rather than the active set), ``fun`` (F at
-    the end), and ``history`` (the summed F after each sweep, ``cap + 1`` entries; on
-    the working-set road only F at the start)."""
+    the end), ``history`` (the summed F after each sweep, ``cap + 1`` entries; on
+    the working-set road only F at the start), and ``grad_max`` (max |C'd| where the
+    working set's first pass read it from a start at 0, else -1: the finish's scale of
+    the gradient without a pass over C of its own)."""
 
     n_iter: np.ndarray
     met_tol: np.ndarray
@@ -395,6 +411,7 @@ class Sweeps:
     large_face: np.ndarray
     fun: np.ndarray
     history: np.ndarray
+    grad_max: np.ndarray
 
 
 def design_sweeps(
@@ -462,6 +479,7 @@ def design_sweeps(
     extrapolate = working_set if extrapolate is None else extrapolate
     settings = np.array([tol, source.nnz, warm, cap, working_set, extrapolate], dtype=np.float64)
     out = np.zeros((c, 3), dtype=np.int64)
+    grad_max = np.empty(c)
     n_threads = sweep_threads(4.0 * source.nnz * warm * c, c, thread_cap(threads))
     chunks = 1 if n_threads == 1 or c == 0 else min(c, 8 * n_threads)
     bounds = np.linspace(0, c, chunks + 1).astype(np.int64)
@@ -485,6 +503,7 @@ def design_sweeps(
             bounds[k],
             bounds[k + 1],
             out,
+            grad_max,
         )
 
     if c:
@@ -496,4 +515,5 @@ def design_sweeps(
         large_face=out[:, 2] == 2,
         fun=fun,
         history=history.sum(axis=0),
+        grad_max=grad_max,
     )

@@ -433,20 +433,19 @@ def _set(src, x, res, i, value):
 
 
 @njit(nogil=True, fastmath=FAST)
-def _column(src, r, res, tab, x, q, tol, floor, max_iter, ws, full_stops):
+def _column(src, r, res, tab, x, q, tol, scale, floor, max_iter, ws, full_stops):
     """One column (x, q in: a feasible start and its states; res: C x - d in the design
     forms; out: the answer).
 
     ``tab`` = (T, S): the face tables (:func:`_tables`).  A violation must exceed
-    ``tol (max A_jj max|x| + floor)``.  Returns (status, iterations): 1 the KKT conditions
-    hold, 0 not finished in ``max_iter`` (or, with ``full_stops``, a variable had to join
-    a full factor: the caller solves the column another way), -1 F unbounded below along
-    a direction of zero curvature.
+    ``tol (scale max|x| + floor)``, ``scale`` = max A_jj.  Returns (status, iterations):
+    1 the KKT conditions hold, 0 not finished in ``max_iter`` (or, with ``full_stops``, a
+    variable had to join a full factor: the caller solves the column another way), -1 F
+    unbounded below along a direction of zero curvature.
     """
     L, order, infac, z, b, w, v, gone, cand, viols, dirs, work, grad = ws
     n = x.shape[0]
     k_max = L.shape[0]
-    scale = _diagonal_max(src, n)
     # the start's free variables, factorised in turn; those that do not fit are held
     for i in range(n):
         infac[i] = False
@@ -746,6 +745,7 @@ def _gram_range(A, R, tab, X, Q, tol, max_iter, c0, c1, status, iters):
     x = np.empty(n)
     q = np.empty(n, dtype=np.int64)
     r = np.empty(n)
+    scale = _diagonal_max(src, n)
     for col in range(c0, c1):
         r_max = 0.0
         for i in range(n):
@@ -753,7 +753,7 @@ def _gram_range(A, R, tab, X, Q, tol, max_iter, c0, c1, status, iters):
             r_max = max(r_max, abs(r[i]))
             x[i] = X[i, col]
             q[i] = Q[i, col]
-        st, it = _column(src, r, res, tab, x, q, tol, r_max + s_max, max_iter, ws, False)
+        st, it = _column(src, r, res, tab, x, q, tol, scale, r_max + s_max, max_iter, ws, False)
         for i in range(n):
             X[i, col] = x[i]
             Q[i, col] = q[i]
@@ -762,9 +762,13 @@ def _gram_range(A, R, tab, X, Q, tol, max_iter, c0, c1, status, iters):
 
 
 @njit(nogil=True, fastmath=FAST)
-def _design_range(src, D, tab, X, Q, tol, max_iter, k_max, full_stops, c0, c1, status, iters):
+def _design_range(
+    src, D, tab, X, Q, tol, max_iter, k_max, full_stops, scale, r_maxes, c0, c1, status, iters
+):
     """Columns c0..c1-1 of X, design form: D (m, c) the right-hand sides; a factor of at
-    most k_max rows (``full_stops``: a column that needs more stops, status 0)."""
+    most k_max rows (``full_stops``: a column that needs more stops, status 0); ``scale``
+    max A_jj and ``r_maxes[col]`` max |C'd| of the column (each found here, a pass over
+    C, where negative)."""
     n = X.shape[0]
     m = D.shape[0]
     ws = _workspace(n, k_max, m)
@@ -774,19 +778,25 @@ def _design_range(src, D, tab, X, Q, tol, max_iter, k_max, full_stops, c0, c1, s
     q = np.empty(n, dtype=np.int64)
     r = np.zeros(n)
     infac, grad = ws[2], ws[12]
+    if scale < 0.0:
+        scale = _diagonal_max(src, n)
     for col in range(c0, c1):
         for t in range(m):
             res[t] = -D[t, col]
-        infac[:] = False
-        _gradients(src, x, res, r, grad, infac)  # -C'd
-        r_max = 0.0  # max |C'd|: the scale of the gradient
-        for i in range(n):
-            r_max = max(r_max, abs(grad[i]))
+        r_max = r_maxes[col]  # max |C'd|: the scale of the gradient
+        if r_max < 0.0:
+            infac[:] = False
+            _gradients(src, x, res, r, grad, infac)  # -C'd
+            r_max = 0.0
+            for i in range(n):
+                r_max = max(r_max, abs(grad[i]))
         for i in range(n):
             x[i] = 0.0
             q[i] = Q[i, col]
             _set(src, x, res, i, X[i, col])
-        st, it = _column(src, r, res, tab, x, q, tol, r_max + s_max, max_iter, ws, full_stops)
+        st, it = _column(
+            src, r, res, tab, x, q, tol, scale, r_max + s_max, max_iter, ws, full_stops
+        )
         for i in range(n):
             X[i, col] = x[i]
             Q[i, col] = q[i]
@@ -907,7 +917,11 @@ class DesignSource:
         m, n = C.shape
         s = np.ones(n) if scale is None else np.asarray(scale, dtype=np.float64).reshape(n)
         if scipy.sparse.issparse(C):
-            csc = scipy.sparse.csc_matrix(C, dtype=np.float64)  # a copy only if not CSC
+            # a CSC float64 C as it is: a new wrapper of its arrays would not know that
+            # its indices are sorted, and sort_indices() would check them again (a pass)
+            csc = C
+            if not (C.format == "csc" and C.dtype == np.float64):
+                csc = scipy.sparse.csc_matrix(C, dtype=np.float64)  # a copy only if not CSC
             csc.sort_indices()
             # SciPy's own index arrays (int32 below 2^31 entries), not widened copies: every
             # pass over C reads them, 4 bytes an entry fewer; the columns scaled, fresh
@@ -950,7 +964,17 @@ def column_norms_squared(indptr, data):
 
 
 def active_set_on_source(
-    source, D, faces, X0=None, *, tol=1e-12, max_iter=None, grow=None, threads=None
+    source,
+    D,
+    faces,
+    X0=None,
+    *,
+    tol=1e-12,
+    max_iter=None,
+    grow=None,
+    diag_max=None,
+    grad_max=None,
+    threads=None,
 ):
     """:func:`pwl_active_set_design` on a prepared :class:`DesignSource`.
 
@@ -960,7 +984,9 @@ def active_set_on_source(
     its null-space direction instead (:func:`_null_step`: monotone, exact line search);
     with ``grow`` given, the factor holds at most that many rows more than the start's
     free variables, and a column that needs more stops there, unfinished (status 0),
-    for the caller to solve another way."""
+    for the caller to solve another way.  ``diag_max`` (max A_jj) and ``grad_max`` (per
+    column, max |C'd|; negative: unknown): the scales of the KKT test, where the caller
+    has them (found here otherwise, a pass over C each)."""
     D = np.ascontiguousarray(D, dtype=np.float64)
     m, c = D.shape
     n = source.shape[1]
@@ -973,11 +999,29 @@ def active_set_on_source(
     stop = grow is not None
     grow = n if grow is None else int(grow)
     k_max = min(n, m, 2 * free + FACTOR_SLACK, free + grow)
+    scale = -1.0 if diag_max is None else float(diag_max)
+    r_maxes = np.full(c, -1.0)
+    if grad_max is not None:
+        r_maxes[:] = grad_max
     if c:
 
         def kernel(c0, c1):
             _design_range(
-                source.src, D, tab, X, Q, tol, max_iter, k_max, stop, c0, c1, status, iters
+                source.src,
+                D,
+                tab,
+                X,
+                Q,
+                tol,
+                max_iter,
+                k_max,
+                stop,
+                scale,
+                r_maxes,
+                c0,
+                c1,
+                status,
+                iters,
             )
 
         _run(kernel, 40.0 * source.nnz, c, threads)
