@@ -159,3 +159,20 @@ def test_finite_columns_matches_numpy(rng, dtype):
     assert ist.finite_columns(x).sum() == 41 - 3
     assert ist.finite_columns(np.asfortranarray(x)) is None  # NumPy's test then
     assert ist.finite_columns(x[:, 0]) is None
+
+
+def test_equilibration_is_a_power_of_two_that_brings_each_diagonal_near_one():
+    from msm_gpu._input.scaling import equilibration
+
+    rng = np.random.default_rng(0)
+    d = rng.uniform(0.5, 2.0, 2000) * 10.0 ** rng.uniform(-320, 308, 2000)
+    d[:8] = [0.0, np.inf, np.nan, -1.0, 5e-324, 2.2e-308, 1.7e308, 1.0]
+    s = equilibration(d)
+    mant, _ = np.frexp(s)
+    assert np.all(mant == 0.5)  # powers of two, every one a normal number
+    ok = np.isfinite(d) & (d > 0)
+    assert np.all(s[~ok] == 1.0) and not ok[:4].any()
+    scaled = np.ldexp(d[ok], 2 * (np.frexp(s[ok])[1] - 1))  # s^2 d (s^2 may overflow)
+    assert np.all((scaled >= 0.5) & (scaled < 2.0))
+    k = np.frexp(d[ok])[1]
+    np.testing.assert_array_equal(s[ok], np.ldexp(1.0, -np.floor_divide(k, 2)))
