@@ -793,7 +793,9 @@ def _design_range(
         for i in range(n):
             x[i] = 0.0
             q[i] = Q[i, col]
-            _set(src, x, res, i, X[i, col])
+        for i in range(n):  # the nonzeros alone: a call per variable (not inlined) is dear
+            if X[i, col] != 0.0:
+                _set(src, x, res, i, X[i, col])
         st, it = _column(
             src, r, res, tab, x, q, tol, scale, r_max + s_max, max_iter, ws, full_stops
         )
