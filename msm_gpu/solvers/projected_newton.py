@@ -135,7 +135,7 @@ def _ol_face_rows(src, face, f, rows):
     if _form(src) == 2:
 
         def sparse(src, face, f, rows):
-            indptr, indices, data = src
+            indptr, indices, data, scale = src
             start, where, values = rows
             m = start.shape[0] - 1
             for s in range(m + 1):
@@ -149,7 +149,7 @@ def _ol_face_rows(src, face, f, rows):
                 for q in range(indptr[face[a]], indptr[face[a] + 1]):
                     s = indices[q]
                     where[start[s]] = a
-                    values[start[s]] = data[q]
+                    values[start[s]] = data[q] * scale[face[a]]
                     start[s] += 1
             for s in range(m, 0, -1):
                 start[s] = start[s - 1]

@@ -78,7 +78,7 @@ TABLES = ("lo", "hi", "value", "sigma", "left", "right")
 #
 # Gram form: src = (A,)                          A (n, n)
 # dense design form: src = (Ct, s)               Ct (n, m) = C' rows, s (n) applied as read
-# sparse design form: src = (indptr, indices, data)   C S in CSC, entries scaled
+# sparse design form: src = (indptr, indices, data, s)   C in CSC, s (n) applied as read
 #
 # The loops over every variable (the scans of the active set, the MSM sweeps of
 # design_msm) are overloads whose implementation closes over the form's helpers below,
@@ -108,11 +108,11 @@ def _gradient_dense(src, x, res, r, i):
 
 @njit(inline="always", fastmath=FAST)
 def _gradient_sparse(src, x, res, r, i):
-    indptr, indices, data = src
+    indptr, indices, data, s = src
     acc = 0.0
     for p in range(indptr[i], indptr[i + 1]):
         acc += data[p] * res[indices[p]]
-    return acc + r[i]
+    return acc * s[i] + r[i]
 
 
 @njit(inline="always")
@@ -130,9 +130,10 @@ def _move_dense(src, res, i, delta):
 
 @njit(inline="always", fastmath=FAST)
 def _move_sparse(src, res, i, delta):
-    indptr, indices, data = src
+    indptr, indices, data, s = src
+    step = delta * s[i]
     for p in range(indptr[i], indptr[i + 1]):
-        res[indices[p]] += delta * data[p]
+        res[indices[p]] += step * data[p]
 
 
 @njit(inline="always")
@@ -151,11 +152,11 @@ def _diagonal_dense(src, i):
 
 @njit(inline="always", fastmath=FAST)
 def _diagonal_sparse(src, i):
-    indptr, data = src[0], src[2]
+    indptr, data, s = src[0], src[2], src[3]
     acc = 0.0
     for p in range(indptr[i], indptr[i + 1]):
         acc += data[p] * data[p]
-    return acc
+    return acc * (s[i] * s[i])
 
 
 def form_helpers(src):
@@ -263,7 +264,7 @@ def _ol_products(src, order, f, j, out, work):
         return dense
 
     def sparse(src, order, f, j, out, work):
-        indptr, indices, data = src
+        indptr, indices, data, s = src
         jj = 0.0
         for p in range(indptr[j], indptr[j + 1]):  # c_j scattered into work (zero)
             work[indices[p]] = data[p]
@@ -273,10 +274,10 @@ def _ol_products(src, order, f, j, out, work):
             acc = 0.0
             for p in range(indptr[k], indptr[k + 1]):
                 acc += data[p] * work[indices[p]]
-            out[c] = acc
+            out[c] = acc * (s[k] * s[j])
         for p in range(indptr[j], indptr[j + 1]):
             work[indices[p]] = 0.0
-        return jj
+        return jj * (s[j] * s[j])
 
     return sparse
 
@@ -910,8 +911,8 @@ def pwl_active_set_design(
 
 class DesignSource:
     """C diag(s) as the design-form kernels read it: ``src`` (dense: the columns of C as
-    rows, C-ordered, and s, applied as they are read; sparse: CSC arrays with the entries
-    scaled), ``shape`` (m, n), ``nnz`` (entries stored; m n when dense)."""
+    rows, C-ordered, and s; sparse: C's CSC arrays and s; s applied as they are read),
+    ``shape`` (m, n), ``nnz`` (entries stored; m n when dense)."""
 
     def __init__(self, C, scale=None):
         import scipy.sparse
@@ -925,10 +926,10 @@ class DesignSource:
             if not (C.format == "csc" and C.dtype == np.float64):
                 csc = scipy.sparse.csc_matrix(C, dtype=np.float64)  # a copy only if not CSC
             csc.sort_indices()
-            # SciPy's own index arrays (int32 below 2^31 entries), not widened copies: every
-            # pass over C reads them, 4 bytes an entry fewer; the columns scaled, fresh
-            indptr, indices = csc.indptr, csc.indices
-            self.src = (indptr, indices, _scaled_columns(indptr, csc.data, s))
+            # SciPy's own arrays (indices int32 below 2^31 entries), not widened or scaled
+            # copies: every pass over C reads them, and s is applied as they are read (a
+            # power of two: the same values as from C S)
+            self.src = (csc.indptr, csc.indices, csc.data, s)
             self.nnz = int(csc.nnz)
         else:
             # the columns of C as rows, C-ordered (s is applied as they are read: a power of
@@ -939,16 +940,6 @@ class DesignSource:
             self.src = (ct, s)
             self.nnz = m * n
         self.shape = (m, n)
-
-
-@njit(nogil=True)
-def _scaled_columns(indptr, data, s):
-    """The entries of a CSC matrix with column j times s[j] (a new array, one pass)."""
-    out = np.empty(data.shape[0])
-    for j in range(s.shape[0]):
-        for p in range(indptr[j], indptr[j + 1]):
-            out[p] = data[p] * s[j]
-    return out
 
 
 @njit(nogil=True)
