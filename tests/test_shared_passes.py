@@ -90,3 +90,19 @@ def test_the_active_set_given_its_scales_takes_the_same_steps(sparse):
     grad = dense.T @ (dense @ x - d)
     assert np.all(x >= 0.0) and np.all(grad >= -1e-10 * grad_max)
     assert np.all(np.abs(grad[x > 0]) <= 1e-10 * np.broadcast_to(grad_max, x.shape)[x > 0])
+
+
+def test_a_sparse_design_source_reads_cs_own_arrays():
+    # no scaled copy of the entries: s is applied as they are read (the dense form's way);
+    # the products it gives are those of C S
+    c = scipy.sparse.random(40, 90, density=0.1, format="csc", random_state=4)
+    s = np.ldexp(1.0, np.random.default_rng(4).integers(-3, 4, 90))
+    source = DesignSource(c, s)
+    assert source.src[2] is c.data and source.src[1] is c.indices
+    faces = Faces(np, mg.NonNeg(), 90)
+    d = np.random.default_rng(4).uniform(size=(40, 1))
+    y, status, _ = active_set_on_source(source, d, faces)
+    scaled = c.toarray() * s
+    grad = scaled.T @ (scaled @ y - d)
+    assert status[0] == 1 and np.all(y >= 0.0)
+    assert np.all(grad >= -1e-10) and np.all(np.abs(grad[y > 0]) <= 1e-10)
