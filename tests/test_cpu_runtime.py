@@ -641,3 +641,15 @@ def test_solve_sweeps_an_aligned_iterate(x0_given, monkeypatch):
     out = mg.solve(a, r, mg.NonNeg(), x0=x0, tol=0, max_iter=3)
     assert seen and all(offsets == (0, 0) for offsets in seen)
     assert np.all(out.x >= 0) and np.isfinite(out.fun)
+
+
+@pytest.mark.parametrize("c", [0, 1, 2, 7, 100, 1001])
+@pytest.mark.parametrize("n_threads", [1, 2, 4])
+def test_column_ranges_cut_every_column_once(c, n_threads):
+    chunks, bounds = threads.column_ranges(c, n_threads)
+    assert bounds.dtype == np.int64 and bounds.shape == (chunks + 1,)
+    assert bounds[0] == 0 and bounds[-1] == c and np.all(np.diff(bounds) >= 0)
+    expected = 1 if n_threads == 1 or c <= 1 else min(c, 8 * n_threads)
+    assert chunks == expected
+    if chunks > 1:  # balanced: no range more than one column longer than another
+        assert np.ptp(np.diff(bounds)) <= 1

@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from ..backends.cpu.jit import njit
-from ..backends.cpu.threads import run_ranges, sweep_threads, thread_cap
+from ..backends.cpu.threads import column_ranges, run_ranges, sweep_threads, thread_cap
 
 #: G = C'C (equilibrated) is polished from C above this condition number
 #: ||G||_1 ||G^{-1}||_1, or where G is numerically singular.  On Gaussian-peak libraries
@@ -89,8 +89,7 @@ def polish_from_design(design, x, threads=None):
         flags = changed[start:stop]
         left = unfinished[start:stop]
         n_threads = sweep_threads(2.0 * k * m * n * n, k, thread_cap(threads))
-        chunks = 1 if n_threads == 1 else min(k, 8 * n_threads)
-        bounds = np.linspace(0, k, chunks + 1).astype(np.int64)
+        chunks, bounds = column_ranges(k, n_threads)
 
         def one(i, d=d, block=block, bounds=bounds, flags=flags, left=left):
             _polish_range(c, norms, d, block, bounds[i], bounds[i + 1], max_solves, flags, left)

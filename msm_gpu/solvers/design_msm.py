@@ -26,7 +26,7 @@ from numba.extending import overload
 
 from ..backends.cpu.jit import njit
 from ..backends.cpu.kernels import h_scalar, prox_scalar
-from ..backends.cpu.threads import run_ranges, sweep_threads, thread_cap
+from ..backends.cpu.threads import column_ranges, run_ranges, sweep_threads, thread_cap
 from .anderson import design_history, forget, record_and_extrapolate
 from .nnls_columns import FAST
 from .pwl_active_set import _move, form_helpers
@@ -481,8 +481,7 @@ def design_sweeps(
     out = np.zeros((c, 3), dtype=np.int64)
     grad_max = np.empty(c)
     n_threads = sweep_threads(4.0 * source.nnz * warm * c, c, thread_cap(threads))
-    chunks = 1 if n_threads == 1 or c == 0 else min(c, 8 * n_threads)
-    bounds = np.linspace(0, c, chunks + 1).astype(np.int64)
+    chunks, bounds = column_ranges(c, n_threads)
     # the history is kept for the plain road (warm = cap = max_iter); the exact road
     # reports F at its start and end only
     history = np.zeros((chunks, 1 if working_set else max(warm, cap) + 1))

@@ -39,7 +39,7 @@ import math
 import numpy as np
 
 from ..backends.cpu.jit import njit
-from ..backends.cpu.threads import run_ranges, sweep_threads, thread_cap
+from ..backends.cpu.threads import column_ranges, run_ranges, sweep_threads, thread_cap
 
 #: Reassociation lets LLVM vectorise the dot products of the factorisation and the solves
 #: (rounding-level changes only; no assumption about NaN or inf).
@@ -626,8 +626,7 @@ def nnls_active_set(G, P, X0=None, *, tol=1e-12, max_iter=None, threads=None, st
     # a few face solves of (n/2)^3/6 flops per column: the work that decides the threads
     flops = 4.0 * c * (n**3 / 48.0 + n * n)
     n_threads = sweep_threads(flops, c, thread_cap(threads))
-    chunks = 1 if n_threads == 1 else min(c, 8 * n_threads)  # one call per range
-    bounds = np.linspace(0, c, chunks + 1).astype(np.int64)
+    chunks, bounds = column_ranges(c, n_threads)  # one call per range
 
     def one(k):
         _nnls_range(

@@ -45,7 +45,7 @@ from numba.extending import overload
 
 from ..backends.cpu.blas import gemm_rm_at
 from ..backends.cpu.jit import njit
-from ..backends.cpu.threads import run_ranges, sweep_threads, thread_cap
+from ..backends.cpu.threads import column_ranges, run_ranges, sweep_threads, thread_cap
 from .nnls_columns import FAST, ZERO_STEPS, _delete_row
 
 #: A variable joins F only if its pivot exceeds JOIN_TOL A_jj: rounding makes the pivot of
@@ -826,8 +826,7 @@ def _start(faces, X0, shape):
 def _run(kernel, work_per_column, c, threads):
     """``kernel(c0, c1)`` over column ranges on the sweep's threads."""
     n_threads = sweep_threads(work_per_column * c, c, thread_cap(threads))
-    chunks = 1 if n_threads == 1 else min(c, 8 * n_threads)
-    bounds = np.linspace(0, c, chunks + 1).astype(np.int64)
+    chunks, bounds = column_ranges(c, n_threads)
     run_ranges(lambda k: kernel(bounds[k], bounds[k + 1]), chunks, n_threads)
 
 

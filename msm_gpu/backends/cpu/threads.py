@@ -24,6 +24,8 @@ import os
 import threading
 import time
 
+import numpy as np
+
 _CONTROLLER = None
 
 
@@ -125,6 +127,16 @@ def sweep_threads(flops: float, n_ranges: int, cap: int) -> int:
     """Threads for one parallel call: 1 for small work, never more than ranges or ``cap``."""
     by_work = int(flops // MIN_FLOPS_PER_THREAD)
     return max(1, min(cap, n_ranges, by_work))
+
+
+def column_ranges(c: int, n_threads: int):
+    """(chunks, bounds): ``c`` columns cut into one range per thread call (eight per
+    thread where there are several, for balance), range k = bounds[k]:bounds[k + 1]
+    (int64).  One thread: one range, without NumPy's linspace (a small call pays it)."""
+    if n_threads <= 1 or c <= 1:
+        return 1, np.array([0, max(c, 0)], dtype=np.int64)
+    chunks = min(c, 8 * n_threads)
+    return chunks, np.linspace(0, c, chunks + 1).astype(np.int64)
 
 
 _GETCPU = None  # libc's sched_getcpu, looked up on first use
