@@ -245,9 +245,12 @@ def _rows_and_product(src, face, f, p, u, out, rows):
     _face_product(src, u, face, f, p, u, np.zeros(out.shape[0]), out, rows)
 
 
-def test_the_face_product_by_rows_equals_the_dense_one():
+@pytest.mark.parametrize("scaled", [False, True])
+def test_the_face_product_by_rows_equals_the_dense_one(scaled):
     # sparse C: the face's rows (CSR of C_F, built per round) carry the CG product; it
-    # must equal C_F'(C_F p) formed densely, on a face with empty rows and repeated rows
+    # must equal C_F'(C_F p) formed densely, on a face with empty rows and repeated rows;
+    # with a column scale s (the equilibration, applied as C's entries are read) that of
+    # C S
     rng = np.random.default_rng(11)
     c = scipy.sparse.random(60, 90, density=0.08, format="lil", random_state=rng)
     c[30:35, :] = 0.0  # rows with no entry in any column
@@ -256,11 +259,12 @@ def test_the_face_product_by_rows_equals_the_dense_one():
     c.eliminate_zeros()
     face = np.sort(rng.choice(90, 50, replace=False)).astype(np.int64)
     p = rng.standard_normal(90)
-    src = DesignSource(c).src
+    s = np.ldexp(1.0, rng.integers(-4, 5, 90)) if scaled else np.ones(90)
+    src = DesignSource(c, s).src
     rows = (np.empty(61, dtype=np.int64), np.empty(c.nnz, dtype=np.int32), np.empty(c.nnz))
     out, u = np.empty(90), np.empty(60)
     _rows_and_product(src, face, 50, p, u, out, rows)
-    dense = c.toarray()[:, face]
+    dense = (c.toarray() * s)[:, face]
     np.testing.assert_allclose(out[:50], dense.T @ (dense @ p[:50]), rtol=1e-12, atol=1e-12)
 
 
