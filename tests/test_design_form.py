@@ -365,3 +365,17 @@ def test_no_probe_from_a_warm_start_nor_below_its_size():
     assert small.info["representation"] == "design" and "design_probe" not in small.info
     cold = mg.least_squares(c, d, penalty)
     assert cold.fun == pytest.approx(warm.fun, rel=1e-12)
+
+
+@pytest.mark.parametrize("fmt", ["csc", "csr"])
+@pytest.mark.parametrize(
+    "penalty", [mg.NonNeg(), mg.L1(0.1), mg.Box(-1.0, 1.0), mg.NonNegL1(0.1)], ids=repr
+)
+def test_a_sparse_c_with_no_entry_gives_zero_not_an_error(fmt, penalty):
+    # every column empty: F = 1/2 ||d||^2 whatever x is, and x = 0 is the answer a
+    # user expects (the smallest; the only one for l1); it divided by nnz(C) = 0 before
+    c = scipy.sparse.csc_matrix((40, 120)).asformat(fmt)
+    d = np.random.default_rng(0).uniform(size=(40, 2))
+    res = mg.least_squares(c, d, penalty)
+    assert res.converged and np.all(np.asarray(res.x) == 0.0)
+    assert res.fun == pytest.approx(0.5 * np.sum(d * d), rel=1e-15)

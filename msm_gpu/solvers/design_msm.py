@@ -244,7 +244,7 @@ def _factor_in_sweeps(x, params, m, nnz):
     """The active set's factor from x (f^3 / 3 flops, f the free variables, at most m:
     the factor's rank) counted in sweeps (2 nnz(C) flops)."""
     f = float(min(_free_count(x, params), m))
-    return f * f * f / 3.0 / (2.0 * nnz)
+    return f * f * f / 3.0 / (2.0 * max(nnz, 1.0))  # (a C with no entry: no free variable)
 
 
 @njit(nogil=True, fastmath=FAST)
