@@ -30,7 +30,7 @@ import numpy as np
 from ..backends.cpu.jit import njit
 from ..backends.cpu.kernels import h_scalar, prox_scalar
 from ..penalties import CODE_BOX, CODE_L1
-from ..solvers.anderson import solve_ones
+from ..solvers.anderson import extrapolation_weights
 
 #: Reassociation lets LLVM split the dot products' sums over several accumulators (the
 #: sweep over sparse columns was bound by the latency of one add chain); rounding-level
@@ -413,15 +413,7 @@ def _anderson(history, yk, v, rows, grad, curv, code, lam, lb, ub, p):
     if n < depth:
         return
     count[0] = 0
-    gram = np.zeros((depth, depth))
-    for a in range(depth):
-        for c in range(a + 1):
-            acc = 0.0
-            for k in range(yk.shape[0]):
-                acc += (ys[a + 1, k] - ys[a, k]) * (ys[c + 1, k] - ys[c, k])
-            gram[a, c] = acc
-            gram[c, a] = acc
-    coef = solve_ones(gram)
+    coef = extrapolation_weights(ys, depth, yk.shape[0])
     if coef is None:
         return
     y_ext = np.zeros(yk.shape[0])

@@ -61,6 +61,22 @@ def solve_ones(gram):
     return z / total
 
 
+@njit(nogil=True, fastmath=FAST)
+def extrapolation_weights(xs, depth, n_cols):
+    """The weights c (sum c = 1) of the combination sum_a c_a xs[a + 1] whose differences
+    sum_a c_a (xs[a + 1] - xs[a]) are smallest, from the first ``n_cols`` entries of the
+    ``depth`` + 1 recorded iterates (rows of ``xs``); None where they cannot be found."""
+    gram = np.zeros((depth, depth))
+    for a in range(depth):
+        for c in range(a + 1):
+            acc = 0.0
+            for t in range(n_cols):
+                acc += (xs[a + 1, t] - xs[a, t]) * (xs[c + 1, t] - xs[c, t])
+            gram[a, c] = acc
+            gram[c, a] = acc
+    return solve_ones(gram)
+
+
 @njit(nogil=True)
 def design_history(n, m):
     """Workspace of :func:`record_and_extrapolate` for one column: (iterates on the rows,
@@ -103,15 +119,7 @@ def _combine(rows, n_rows, params, history):
     combination of the residuals, shift[t] = what the projection moved row t by.
     Returns False where the weights cannot be found."""
     xs, rs, x_ext, r_ext, shift, _ = history
-    gram = np.zeros((DEPTH, DEPTH))
-    for a in range(DEPTH):
-        for c in range(a + 1):
-            acc = 0.0
-            for t in range(n_rows):
-                acc += (xs[a + 1, t] - xs[a, t]) * (xs[c + 1, t] - xs[c, t])
-            gram[a, c] = acc
-            gram[c, a] = acc
-    coef = solve_ones(gram)
+    coef = extrapolation_weights(xs, DEPTH, n_rows)
     if coef is None:
         return False
     for s in range(r_ext.shape[0]):
