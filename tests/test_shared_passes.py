@@ -106,3 +106,13 @@ def test_a_sparse_design_source_reads_cs_own_arrays():
     grad = scaled.T @ (scaled @ y - d)
     assert status[0] == 1 and np.all(y >= 0.0)
     assert np.all(grad >= -1e-10) and np.all(np.abs(grad[y > 0]) <= 1e-10)
+
+
+def test_the_active_set_reads_the_gradient_scale_it_is_given():
+    # the scale handed in sets the KKT test's floor: one far too large accepts the start
+    # (x = 0) at once, so a value given is the value used (no pass of its own behind it)
+    c, d = _sparse_problem(3)
+    faces = Faces(np, mg.NonNeg(), c.shape[1])
+    found = active_set_on_source(DesignSource(c), d, faces)
+    loose = active_set_on_source(DesignSource(c), d, faces, grad_max=np.full(2, 1e30))
+    assert np.all(found[0].any(axis=0)) and not loose[0].any()
