@@ -57,7 +57,8 @@ def test_a_sweep_never_increases_f():
 def test_the_user_arrays_are_untouched_and_the_start_is_used():
     c, d = _problem("positive", 40, 120, 2)
     c0, d0 = c.copy(), d.copy()
-    res = mg.least_squares(c, d, mg.NonNeg())  # nnls's general road (not its small one)
+    # a keyword given (its default value): the general road, not the small one
+    res = mg.least_squares(c, d, mg.NonNeg(), finish="auto")
     assert np.array_equal(c, c0) and np.array_equal(d, d0)
     warm = mg.nnls(c, d, x0=res.x)
     assert warm.n_iter <= res.n_iter and warm.fun <= res.fun * (1 + 1e-12) + 1e-300

@@ -1,8 +1,9 @@
 """``mg.nnls(C, d)`` on one small dense problem at default options (finish/small_nnls.py).
 
-The small road must give what the general road gives (``least_squares(C, d, NonNeg())``,
-which never takes it) and what SciPy's ``nnls`` gives, on well- and ill-conditioned,
-tall, wide and rank-deficient problems, and hand every other call to the general road.
+The small road must give what the general road gives (``least_squares(C, d, NonNeg())``
+with a keyword given: it never takes the small road) and what SciPy's ``nnls`` gives, on
+well- and ill-conditioned, tall, wide and rank-deficient problems, and hand every other
+call to the general road.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ def _problems():
 
 PROBLEMS = _problems()
 
+#: A keyword given (its default value): the call takes the general road.
+GENERAL = {"finish": "auto"}
+
 
 @pytest.mark.parametrize(("name", "c", "d"), PROBLEMS, ids=[p[0] for p in PROBLEMS])
 def test_small_road_gives_the_general_roads_and_scipys_answer(name, c, d):
@@ -53,7 +57,7 @@ def test_small_road_gives_the_general_roads_and_scipys_answer(name, c, d):
     res = mg.nnls(c, d)
     assert res.info.get("small_problem")
     assert np.array_equal(c, c0) and np.array_equal(d, d0)  # the user's arrays untouched
-    general = mg.least_squares(c, d, mg.NonNeg())
+    general = mg.least_squares(c, d, mg.NonNeg(), **GENERAL)
     assert "small_problem" not in general.info
     ref = scipy_nnls(c, d, maxiter=50 * c.shape[1])[0]
     f, f_general, f_ref = _f(c, d, res.x), _f(c, d, general.x), _f(c, d, ref)
@@ -72,7 +76,7 @@ def test_one_column_of_d_gives_one_column_of_x():
     c, d = PROBLEMS[1][1], PROBLEMS[1][2]
     res = mg.nnls(c, d[:, None])
     assert res.info.get("small_problem") and res.x.shape == (c.shape[1], 1)
-    general = mg.least_squares(c, d[:, None], mg.NonNeg())
+    general = mg.least_squares(c, d[:, None], mg.NonNeg(), **GENERAL)
     assert general.x.shape == res.x.shape
     np.testing.assert_allclose(res.x, general.x, atol=1e-12)
 

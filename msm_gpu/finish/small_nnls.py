@@ -35,7 +35,7 @@ SCALE_LIMITS = (1e-100, 1e100)
 _NONNEG = NonNeg()
 
 
-def _fits(C, d) -> bool:
+def fits_small(C, d) -> bool:
     """Plain NumPy float64, C (m, n) small and d (m,) or (m, 1), finite and of moderate
     scale."""
     if type(C) is not np.ndarray or type(d) is not np.ndarray:
@@ -60,7 +60,7 @@ def try_small_nnls(C, d, tol):
     or None where the general road must take the call (see the module docstring).  The
     user's arrays are only read."""
     started = time.perf_counter()
-    if not _fits(C, d):
+    if not fits_small(C, d):
         return None
     m, n = C.shape
     column = d.ndim == 2  # D given as one column: x is one column too
