@@ -247,6 +247,41 @@ def test_the_face_tables_reach_the_active_set_in_its_order():
 
 @pytest.mark.parametrize(
     "penalty",
+    [
+        mg.L1(0.5),
+        mg.NonNeg(),
+        mg.Box(-1.0, 2.0),
+        mg.NonNegL1(0.3),
+        mg.Zero(),
+        mg.Box(0.0, 1.0),
+        mg.Box(-2.0, 0.0),
+        mg.Box(1.0, 1.0),
+        mg.Box(-np.linspace(0.1, 1.0, 7), np.linspace(0.2, 2.0, 7)),
+    ],
+)
+@pytest.mark.parametrize("scaled", [False, True])
+def test_the_compiled_start_states_are_the_faces_states(penalty, scaled):
+    # the active sets' start reads the states from the tables in one compiled pass; they
+    # must be Faces.states on every penalty, at every point of a row, between and beyond
+    # them, and at NaN and +-inf
+    from msm_gpu.finish.faces import Faces
+    from msm_gpu.solvers.pwl_active_set import _start, _tables
+
+    rng = np.random.default_rng(9)
+    n = 7
+    faces = Faces(np, penalty, n, row_scale=2.0 ** rng.integers(-3, 4, n) if scaled else None)
+    pts = np.broadcast_to(np.asarray(faces.pts), (n, 3))
+    x = rng.standard_normal((n, 6)) * 2.0
+    x[:, 0], x[:, 1], x[:, 2] = pts[:, 0], pts[:, 1], 0.0
+    x[0, 3], x[1, 3], x[2, 3] = np.nan, np.inf, -np.inf
+    tab = _tables(faces)
+    X, Q = _start(faces, tab, x, x.shape)
+    np.testing.assert_array_equal(X, faces.project(x))
+    np.testing.assert_array_equal(Q, faces.states(X))
+
+
+@pytest.mark.parametrize(
+    "penalty",
     [mg.NonNeg(), mg.L1(0.7), mg.NonNegL1(0.3), mg.Box(-1.0, 2.0), mg.Box(0.5, np.inf)],
 )
 def test_a_row_scale_gives_the_faces_of_the_row_scaled_penalty(penalty):

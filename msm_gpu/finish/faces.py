@@ -21,7 +21,8 @@ from ..penalties import CODE_BOX, CODE_L1
 def _times_rows(table, factor):
     """``table * factor[:, None]``, but ``table`` itself where it is one row of 0 and +-inf
     only (which any positive factor leaves as they are): alike in every row, one row."""
-    if table.shape[0] == 1 and not np.any(np.isfinite(table) & (table != 0)):
+    # one row of at most three entries: read in Python (NumPy's calls cost more here)
+    if table.shape[0] == 1 and not any(v != 0.0 and math.isfinite(v) for v in table.flat):
         return table
     return table * factor[:, None]
 
@@ -105,13 +106,15 @@ class Faces:
         lb, ub = (np.asarray(v, dtype=np.float64) for v in (penalty.lb, penalty.ub))
         # lam: a scalar or one per row (e.g. an unpenalised intercept)
         lam = np.asarray(penalty.lam if penalty.code == CODE_L1 else 0.0, dtype=np.float64)
-        # scalar bounds and weight: every row alike, the tables of one row (not n of them)
-        n = 1 if lb.ndim == ub.ndim == lam.ndim == 0 else n
-        lb, ub, lam = (np.broadcast_to(v, (n,)) for v in (lb, ub, lam))
-        if n == 1:  # one row for all: built once per (lb, ub, lam), copied (small)
-            tables = _one_row_tables(float(lb[0]), float(ub[0]), float(lam[0]))
+        if lb.ndim == ub.ndim == lam.ndim == 0:
+            # scalar bounds and weight: every row alike, the tables of one row (not n of
+            # them), built once per (lb, ub, lam) and copied (small)
+            n = 1
+            tables = _one_row_tables(float(lb), float(ub), float(lam))
             pts, slope, stacked, free = (t.copy() for t in tables)
+            lb, ub = pts[:, 0].copy(), np.full(1, float(ub))
         else:
+            lb, ub, lam = (np.broadcast_to(v, (n,)) for v in (lb, ub, lam))
             pts, slope, stacked, free = _row_tables(lb, ub, lam)
         self.xp = xp
         if row_scale is None:

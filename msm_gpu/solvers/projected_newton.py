@@ -468,8 +468,8 @@ def projected_newton_on_source(
     D = np.ascontiguousarray(D, dtype=np.float64)
     m, c = D.shape
     n = source.shape[1]
-    X, Q = _start(faces, X0, (n, c))
     tab = _tables(faces)
+    X, Q = _start(faces, tab, X0, (n, c))
     status = np.zeros(c, dtype=np.int8)
     rounds = np.zeros(c, dtype=np.int64)
     cg_iters = np.zeros(c, dtype=np.int64)
