@@ -332,6 +332,32 @@ def test_psd_test_factors_on_one_blas_thread_and_restores_it(monkeypatch):
             ctl.set_num_threads(n)
 
 
+def test_serial_blas_is_threadpoolctls_limit_and_restores_the_threads():
+    # the host BLAS on one thread inside, its own count again after (also when the body
+    # raises, and when nested), the libraries threadpoolctl's limit(user_api="blas") sets
+    limited = [
+        c.filepath for c in threads.blas_controller().lib_controllers if c.user_api == "blas"
+    ]
+    controllers = threads._host_blas_controllers()
+    assert [c.filepath for c in controllers] == limited and controllers
+    saved = [c.num_threads for c in controllers]
+    try:
+        for ctl in controllers:
+            ctl.set_num_threads(2)
+        with threads.serial_blas():
+            assert [c.num_threads for c in controllers] == [1] * len(controllers)
+            with threads.serial_blas():
+                assert [c.num_threads for c in controllers] == [1] * len(controllers)
+            assert [c.num_threads for c in controllers] == [1] * len(controllers)
+        assert [c.num_threads for c in controllers] == [2] * len(controllers)
+        with pytest.raises(RuntimeError), threads.serial_blas():
+            raise RuntimeError("inside")
+        assert [c.num_threads for c in controllers] == [2] * len(controllers)
+    finally:
+        for ctl, n in zip(controllers, saved, strict=True):
+            ctl.set_num_threads(n)
+
+
 def test_small_work_runs_on_one_thread():
     assert threads.sweep_threads(2.0 * 100 * 100 * 50, 2, 8) == 1  # README example
     assert threads.sweep_threads(2.0 * 1000 * 1000 * 4096, 16, 2) == 2

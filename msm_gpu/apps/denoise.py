@@ -22,7 +22,7 @@ import numpy as np
 from .._input import validation as v
 from .._input.foreign import accepts_foreign_arrays, restore_denoised
 from ..arrays import is_cupy, to_host
-from ..backends.cpu.threads import blas_controller
+from ..backends.cpu.threads import serial_blas
 from ._images import clip_bounds, merge_channels, per_channel, split_channels, to_input_dtype
 from .dictionaries import (
     extract_patches,
@@ -443,7 +443,7 @@ def _denoise_grey(img, sigma, lam, train_lam, settings, rng):
     # not run at once (docs/design.md, "CPU sweep"), and small LAPACK calls (the
     # eigen-decompositions of the dictionary step) were measured at 0.7 s each with
     # threaded BLAS on a loaded 2-core machine.  K-SVD runs under the same limit.
-    with blas_controller().limit(limits=1, user_api="blas"):
+    with serial_blas():
         # 1. dictionary learning on random noisy patches, means removed
         t0 = time.perf_counter()
         train = sample_patches(img, settings["n_train"], patch_size, rng)

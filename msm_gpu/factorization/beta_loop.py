@@ -27,7 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..backends.cpu.jit import njit
-from ..backends.cpu.threads import blas_controller, run_ranges, sweep_threads, thread_cap
+from ..backends.cpu.threads import run_ranges, serial_blas, sweep_threads, thread_cap
 from . import newton_kernels as nk
 from . import newton_rows as nr
 from .loop import Data, is_sparse, power_of_two_times, stable_objective
@@ -440,7 +440,7 @@ def alternate_beta(data, W, Ht, p, reg):
     ex = Extrapolation() if solver == "msm" and p["extrapolation"] is True else None
     reg_h, reg_w = (reg.l1_h, reg.l2_h), (reg.l1_w, reg.l2_w)
     start = time.perf_counter()
-    with blas_controller().limit(limits=1, user_api="blas"):
+    with serial_blas():
         f = objective(data, W, Ht, reg)
         history = [(0.0, f)]
         inner = []
@@ -542,7 +542,7 @@ def solve_w(data, Ht, reg, p, W=None, max_newton=None, value=True):
         W = np.array(W, dtype=np.float64, order="C", copy=True)
     newton = SOLVE_NEWTON if max_newton is None else int(max_newton)
     solve = {"sweeps": SOLVE_SWEEPS, "sweep_tol": SOLVE_SWEEP_TOL, "step_tol": SOLVE_STEP_TOL}
-    with blas_controller().limit(limits=1, user_api="blas"):
+    with serial_blas():
         _, counts = newton_half_step(
             data, "W", Ht, W, reg.l1_w, reg.l2_w, omega=1.0, theta=0.0, newton=newton,
             exact=True, **solve,

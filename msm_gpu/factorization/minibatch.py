@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..backends import get_backend
-from ..backends.cpu.threads import blas_controller
+from ..backends.cpu.threads import serial_blas
 from . import beta_loop as bl
 from .loop import Data, exact_nnls, stable_objective
 from .regularization import Regularization
@@ -90,7 +90,7 @@ class OnlineState:
             W = np.array(start, dtype=np.float64, order="C", copy=True)
             opts = {"newton": bl.FIT_NEWTON, "sweeps": bl.FIT_SWEEPS, "sweep_tol": bl.FIT_SWEEP_TOL}
             # (one BLAS thread: the half-step's GEMMs run on the sweep threads)
-            with blas_controller().limit(limits=1, user_api="blas"):
+            with serial_blas():
                 bl.newton_half_step(
                     data, "W", Ht, W, reg.l1_w, reg.l2_w, omega=1.0, theta=0.0, **opts
                 )

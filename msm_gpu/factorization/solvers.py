@@ -43,7 +43,7 @@ from numba import prange
 
 from ..arrays import aligned_copy, is_cupy, namespace, to_host
 from ..backends.cpu.jit import njit
-from ..backends.cpu.threads import blas_controller
+from ..backends.cpu.threads import serial_blas
 from ..finish.face_solves import block_pivoting
 from ..penalties import NonNeg
 
@@ -470,7 +470,7 @@ def cgd(G, P, X, *, max_inner, inner_tol):
     pt = np.ascontiguousarray(np.asarray(P).T, dtype=np.float64)
     g = np.ascontiguousarray(G, dtype=np.float64)
     counts = np.zeros(c, dtype=np.int64)
-    with blas_controller().limit(limits=1, user_api="blas"):
+    with serial_blas():
         _cgd_kernel(g, pt, xt, int(max_inner) * k, float(inner_tol) ** 2, counts)
     n_inner = max(1, -(-int(counts.sum()) // max(c * k, 1)))
     return np.ascontiguousarray(xt.T, dtype=dtype), n_inner

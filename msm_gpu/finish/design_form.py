@@ -25,7 +25,7 @@ import numpy as np
 from .._input.scaling import equilibration, row_scaled_penalty
 from ..arrays import is_sparse, to_host
 from ..backends.cpu.jit import njit
-from ..backends.cpu.threads import blas_controller
+from ..backends.cpu.threads import serial_blas
 from ..penalties import L1
 from ..result import SolveResult
 from ..solvers.design_msm import design_sweeps, free_counts
@@ -158,7 +158,7 @@ def solve_design(problem, options, started, gram_fallback, *, gram_from=None):
     Otherwise: plain MSM sweeps (and the support polish for L0/Lp with a finish)."""
     # every product here is thin (a column or a few): BLAS threads cost more than they
     # save, and the sweeps and the active set run their columns on the sweep's threads
-    with blas_controller().limit(limits=1, user_api="blas"):
+    with serial_blas():
         if not exact_road(options, problem.penalty):
             return _solve_plain(problem, options, started)
         out = _solve_exact(problem, options, started, gram_fallback, gram_from is not None)

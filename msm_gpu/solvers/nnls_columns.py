@@ -476,11 +476,11 @@ def _full_factor(G):
         return L
     import scipy.linalg
 
-    from ..backends.cpu.threads import blas_controller
+    from ..backends.cpu.threads import serial_blas
 
     # LAPACK on one thread (as the inverse below): the upper factor of G' (G's memory in
     # Fortran order, symmetric G) is L' in Fortran order, i.e. L row-major
-    with blas_controller().limit(limits=1, user_api="blas"):
+    with serial_blas():
         upper, info = scipy.linalg.lapack.dpotrf(G.T, lower=0, clean=1)
     L = upper.T
     pivots = np.diagonal(L) ** 2  # _factor_rows' test of every pivot
@@ -516,11 +516,11 @@ def _inverse_and_condition(G, L_all):
         h = _inverse_from_factor(L_all)
         cond = float(np.abs(G).sum(axis=0).max() * np.abs(h).sum(axis=0).max())
         return h, cond if np.isfinite(cond) else np.inf
-    from ..backends.cpu.threads import blas_controller
+    from ..backends.cpu.threads import serial_blas
 
     # L row-major is the upper factor L' in Fortran order (no transposing copy); the
     # inverse's upper triangle in Fortran order is its lower one row-major
-    with blas_controller().limit(limits=1, user_api="blas"):
+    with serial_blas():
         inv, info = scipy.linalg.lapack.dpotri(L_all.T, lower=0)
     if info != 0:
         return None, np.inf

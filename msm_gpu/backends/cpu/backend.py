@@ -352,9 +352,9 @@ class CpuBackend(Backend):
     on_host = True
 
     def limit_host_blas(self):
-        from .threads import blas_controller
+        from .threads import serial_blas
 
-        return blas_controller().limit(limits=1, user_api="blas")
+        return serial_blas()
 
     @property
     def xp(self):
