@@ -108,6 +108,14 @@ def test_a_unique_answer_is_the_general_roads_to_rounding():
         np.testing.assert_allclose(x, mg.least_squares(c, d, penalty, **GENERAL).x, atol=1e-12)
 
 
+def test_no_penalty_is_plain_least_squares():
+    rng = np.random.default_rng(10)
+    c, d = rng.standard_normal((50, 12)), rng.standard_normal(50)
+    res = mg.least_squares(c, d)
+    assert res.info.get("small_problem") and res.converged
+    np.testing.assert_allclose(res.x, np.linalg.lstsq(c, d, rcond=None)[0], atol=1e-12)
+
+
 def test_a_soft_thresholding_closed_form():
     # orthonormal columns: x = soft threshold of C'd at lam
     q, _ = np.linalg.qr(np.random.default_rng(6).standard_normal((30, 8)))
