@@ -112,7 +112,7 @@ class Faces:
             n = 1
             tables = _one_row_tables(float(lb), float(ub), float(lam))
             pts, slope, stacked, free = (t.copy() for t in tables)
-            lb, ub = pts[:, 0].copy(), np.full(1, float(ub))
+            lb, ub = np.full(1, float(lb)), np.full(1, float(ub))
         else:
             lb, ub, lam = (np.broadcast_to(v, (n,)) for v in (lb, ub, lam))
             pts, slope, stacked, free = _row_tables(lb, ub, lam)

@@ -72,7 +72,8 @@ def try_small_nnls(C, d, tol):
     # Lawson & Hanson on G = C'C (the general road's small active set); where G is
     # ill-conditioned its face solved again from C by QR (the polish: usually one solve)
     stats = {}
-    x, ok, _ = nnls_active_set(c.T @ c, (c.T @ d)[:, None], threads=1, stats=stats)
+    ctd = c.T @ d
+    x, ok, _ = nnls_active_set(c.T @ c, ctd[:, None], threads=1, stats=stats)
     if not ok[0]:
         return None
     x = x[:, 0]
@@ -85,23 +86,32 @@ def try_small_nnls(C, d, tol):
         if flags[1, 0]:
             return None
         x = xf[:, 0]
-    cx = c @ x
-    residual = cx - d
-    fun = 0.5 * float(residual @ residual)
-    # the general road's KKT residual (design form): A x = C'(C x), r = -C'd, diag ||c_j||^2
-    ax, ctd = c.T @ cx, c.T @ d
-    kkt = kkt_residual_from(np, ax[:, None], -ctd[:, None], norms**2, x[:, None], _NONNEG)
-    kkt = np.asarray(kkt, dtype=np.float64).reshape(1)
-    if not (np.isfinite(fun) and kkt[0] <= tol):
-        return None
     info = {
         "representation": "design",
         "finish": "auto",
         "finish_method": "active_set",
         "finish_polished": bool(stats["cond"] > POLISH_COND),
-        "small_problem": True,
-        "kkt_residual": kkt,
     }
+    return small_result(c, d, x, norms**2, ctd, _NONNEG, tol, column, (started, set_up), info)
+
+
+def small_result(c, d, x, diag, ctd, penalty, tol, column, times, info):
+    """The SolveResult of a small road's answer ``x`` of min 1/2 ||C x - d||^2 + h(x)
+    (``c`` F-ordered, ``diag`` = ||c_j||^2, ``ctd`` = C'd), as the general road reports
+    it: F, its relative KKT residual from C (design form: A x = C'(C x), r = -C'd) and
+    its ``converged`` rule; None where F is not finite or the KKT residual is above
+    ``tol`` (the general road then takes the call).  ``column``: x as one column;
+    ``times`` = (started, set up); ``info`` gains the small road's entries."""
+    started, set_up = times
+    cx = c @ x
+    residual = cx - d
+    fun = 0.5 * float(residual @ residual) + float(np.sum(penalty.value(x)))
+    kkt = kkt_residual_from(np, (c.T @ cx)[:, None], -ctd[:, None], diag, x[:, None], penalty)
+    kkt = np.asarray(kkt, dtype=np.float64).reshape(1)
+    if not (np.isfinite(fun) and kkt[0] <= tol):
+        return None
+    info = {**info, "small_problem": True, "kkt_residual": kkt}
+    start_f = 0.5 * float(d @ d) + float(np.sum(penalty.value(np.zeros(x.shape[0]))))  # x = 0
     ended = time.perf_counter()
     return SolveResult(
         x=x[:, None] if column else x,
@@ -109,7 +119,7 @@ def try_small_nnls(C, d, tol):
         n_iter=0,
         converged=True,
         message=f"converged: KKT residual <= tol = {tol:g} (small problem)",
-        objective=np.array([0.5 * float(d @ d), fun]),
+        objective=np.array([start_f, fun]),
         backend="cpu",
         time=ended - started,
         method="msm",

@@ -23,11 +23,9 @@ import numpy as np
 
 from .._input.scaling import equilibration
 from ..penalties import CODE_BOX, CODE_L1, NonNeg, Penalty, Zero
-from ..result import SolveResult
 from ..solvers.pwl_active_set import pwl_active_set
 from .faces import Faces
-from .objective import kkt_residual_from
-from .small_nnls import SCALE_LIMITS, fits_small, try_small_nnls
+from .small_nnls import SCALE_LIMITS, fits_small, small_result, try_small_nnls
 
 
 def try_small(C, d, penalty, tol):
@@ -77,35 +75,5 @@ def _solve(C, d, penalty, tol):
         return None
     x = y[:, 0] * s
     set_up = time.perf_counter()
-    cx = c @ x
-    residual = cx - d
-    fun = 0.5 * float(residual @ residual) + float(np.sum(penalty.value(x)))
-    # the general road's KKT residual (design form): A x = C'(C x), r = -C'd, diag ||c_j||^2
-    kkt = kkt_residual_from(np, (c.T @ cx)[:, None], -ctd[:, None], squares, x[:, None], penalty)
-    kkt = np.asarray(kkt, dtype=np.float64).reshape(1)
-    if not (np.isfinite(fun) and kkt[0] <= tol):
-        return None
-    info = {
-        "representation": "gram",
-        "finish": "auto",
-        "finish_method": "active_set",
-        "small_problem": True,
-        "kkt_residual": kkt,
-    }
-    start_f = 0.5 * float(d @ d) + float(np.sum(penalty.value(np.zeros(n))))  # F at x = 0
-    ended = time.perf_counter()
-    return SolveResult(
-        x=x[:, None] if column else x,
-        fun=fun,
-        n_iter=0,
-        converged=True,
-        message=f"converged: KKT residual <= tol = {tol:g} (small problem)",
-        objective=np.array([start_f, fun]),
-        backend="cpu",
-        time=ended - started,
-        method="msm",
-        converged_columns=np.ones(1, dtype=bool),
-        n_iter_columns=np.zeros(1, dtype=np.int64),
-        timings={"setup": set_up - started, "iterations": 0.0, "finish": ended - set_up},
-        info=info,
-    )
+    info = {"representation": "gram", "finish": "auto", "finish_method": "active_set"}
+    return small_result(c, d, x, squares, ctd, penalty, tol, column, (started, set_up), info)
