@@ -112,11 +112,12 @@ class Faces:
             n = 1
             tables = _one_row_tables(float(lb), float(ub), float(lam))
             pts, slope, stacked, free = (t.copy() for t in tables)
-            lb, ub = np.full(1, float(lb)), np.full(1, float(ub))
+            lb, ub = np.array([float(lb)]), np.array([float(ub)])
         else:
             lb, ub, lam = (np.broadcast_to(v, (n,)) for v in (lb, ub, lam))
             pts, slope, stacked, free = _row_tables(lb, ub, lam)
         self.xp = xp
+        unlike_slopes = False  # one row of h, rows of y whose slopes differ
         if row_scale is None:
             scale = np.ones((2, 1))
         else:
@@ -130,13 +131,13 @@ class Faces:
             pts = _times_rows(pts[:, :3], inv)
             lb, ub = (_times_rows(v[:, None], inv)[:, 0] for v in (lb, ub))
             # the slopes' scale stays in row_scale (the kernels apply it); only whether
-            # y's rows are alike is needed here
+            # y's rows are alike is needed here (one row of three slopes: read in Python)
             if n > 1:
                 slope = slope * s[:, None]
-            elif s.shape[0] > 1 and np.any(slope != 0):
-                slope = np.broadcast_to(slope, (n_rows, 3))  # unlike rows (a view)
+            elif s.shape[0] > 1 and any(v != 0.0 for v in slope.flat):
+                unlike_slopes = True
         if n == 1:  # h alike in every row: so are y's, where one row was kept
-            self.uniform = pts.shape[0] == slope.shape[0] == 1
+            self.uniform = pts.shape[0] == 1 and not unlike_slopes
         else:
             self.uniform = bool(np.all(pts == pts[:1]) and np.all(slope == slope[:1]))
         rows = slice(0, 1) if self.uniform else slice(None)
