@@ -13,6 +13,7 @@ from ._input.foreign import accepts_foreign_arrays
 from .dask import solve as dask_solve
 from .dask.solve import any_dask
 from .finish.small_pwl import try_small
+from .finish.working_set import try_working_set
 from .options import SolveOptions
 from .penalties import NonNeg
 from .result import SolveResult
@@ -202,7 +203,11 @@ def least_squares(
         C with at most 128 columns and 65 536 entries, a 1-D ``D``, a Zero, Box, NonNeg,
         L1 or NonNegL1 penalty and no keyword given) is solved by the exact active set on
         C'C without the batch's layers (``info["small_problem"]``): the general road's
-        answer in a fraction of the call time.
+        answer in a fraction of the call time.  One larger such problem with an L1 or
+        NonNegL1 penalty and a C that is not wide (m >= 0.75 n) is first tried by working
+        sets (``msm_gpu/finish/working_set.py``: the exact active set on at most 256
+        columns, ``info["working_set"]`` their number), which reach a sparse answer
+        without copying C; an answer that looks dense goes on to the general road.
 
     Returns
     -------
@@ -231,6 +236,8 @@ def least_squares(
     if x0 is None and backend == "auto" and representation == "auto" and not options:
         # one small dense problem: without the batch's layers (finish/small_pwl.py)
         small = try_small(C, D, penalty, _DEFAULTS.tol)
+        if small is None:  # one dense l1 problem with a sparse answer (working_set.py)
+            small = try_working_set(C, D, penalty, _DEFAULTS.tol)
         if small is not None:
             return small
     return run.least_squares(

@@ -352,7 +352,8 @@ def _lasso_f(c, d, x, lam):
 
 def test_a_tall_lasso_with_a_sparse_answer_stays_in_the_design_form():
     c, d, penalty = _tall_lasso(900, 250, planted=True, seed=4)
-    res = mg.least_squares(c, d, penalty)
+    # a keyword: the general road (at default options the working sets take this call)
+    res = mg.least_squares(c, d, penalty, finish="auto")
     assert res.info["representation"] == "design" and "design_probe" not in res.info
     assert np.count_nonzero(res.x) < 40
 
@@ -361,7 +362,7 @@ def test_no_probe_from_a_warm_start_nor_below_its_size():
     c, d, penalty = _tall_lasso(900, 250, planted=False, seed=3)
     warm = mg.least_squares(c, d, penalty, x0=np.zeros(250))
     assert warm.info["representation"] == "design" and "design_probe" not in warm.info
-    small = mg.least_squares(*_tall_lasso(900, 150, planted=False, seed=3))
+    small = mg.least_squares(*_tall_lasso(900, 150, planted=False, seed=3), finish="auto")
     assert small.info["representation"] == "design" and "design_probe" not in small.info
     cold = mg.least_squares(c, d, penalty)
     assert cold.fun == pytest.approx(warm.fun, rel=1e-12)

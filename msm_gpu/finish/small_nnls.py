@@ -91,26 +91,30 @@ def try_small_nnls(C, d, tol):
         "finish": "auto",
         "finish_method": "active_set",
         "finish_polished": bool(stats["cond"] > POLISH_COND),
+        "small_problem": True,
     }
     return small_result(c, d, x, norms**2, ctd, _NONNEG, tol, column, (started, set_up), info)
 
 
-def small_result(c, d, x, diag, ctd, penalty, tol, column, times, info):
+def small_result(c, d, x, diag, ctd, penalty, tol, column, times, info, cx=None, ax=None):
     """The SolveResult of a small road's answer ``x`` of min 1/2 ||C x - d||^2 + h(x)
     (``c`` F-ordered, ``diag`` = ||c_j||^2, ``ctd`` = C'd), as the general road reports
     it: F, its relative KKT residual from C (design form: A x = C'(C x), r = -C'd) and
     its ``converged`` rule; None where F is not finite or the KKT residual is above
     ``tol`` (the general road then takes the call).  ``column``: x as one column;
-    ``times`` = (started, set up); ``info`` gains the small road's entries."""
+    ``times`` = (started, set up); ``info`` (the road's entries) gains the KKT residual.  ``cx`` = C x
+    and ``ax`` = C'C x where the caller has them (else formed here)."""
     started, set_up = times
-    cx = c @ x
+    cx = c @ x if cx is None else cx
+    ax = c.T @ cx if ax is None else ax
     residual = cx - d
     fun = 0.5 * float(residual @ residual) + float(np.sum(penalty.value(x)))
-    kkt = kkt_residual_from(np, (c.T @ cx)[:, None], -ctd[:, None], diag, x[:, None], penalty)
+    kkt = kkt_residual_from(np, ax[:, None], -ctd[:, None], diag, x[:, None], penalty)
     kkt = np.asarray(kkt, dtype=np.float64).reshape(1)
     if not (np.isfinite(fun) and kkt[0] <= tol):
         return None
-    info = {**info, "small_problem": True, "kkt_residual": kkt}
+    info = {**info, "kkt_residual": kkt}
+    road = "working set" if "working_set" in info else "small problem"
     start_f = 0.5 * float(d @ d) + float(np.sum(penalty.value(np.zeros(x.shape[0]))))  # x = 0
     ended = time.perf_counter()
     return SolveResult(
@@ -118,7 +122,7 @@ def small_result(c, d, x, diag, ctd, penalty, tol, column, times, info):
         fun=fun,
         n_iter=0,
         converged=True,
-        message=f"converged: KKT residual <= tol = {tol:g} (small problem)",
+        message=f"converged: KKT residual <= tol = {tol:g} ({road})",
         objective=np.array([start_f, fun]),
         backend="cpu",
         time=ended - started,

@@ -75,5 +75,10 @@ def _solve(C, d, penalty, tol):
         return None
     x = y[:, 0] * s
     set_up = time.perf_counter()
-    info = {"representation": "gram", "finish": "auto", "finish_method": "active_set"}
+    info = {
+        "representation": "gram",
+        "finish": "auto",
+        "finish_method": "active_set",
+        "small_problem": True,
+    }
     return small_result(c, d, x, squares, ctd, penalty, tol, column, (started, set_up), info)
