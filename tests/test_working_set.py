@@ -155,18 +155,30 @@ def test_f_falls_at_every_round(monkeypatch):
     assert seen[-1] == pytest.approx(res.fun, rel=1e-12)
 
 
-def _dense_answer():
-    # a tall design and a random d at a small lam: most variables in the answer
+def _dense_answer(m, n):
+    # a random d at a small lam: most variables in the answer
     rng = np.random.default_rng(8)
-    c, d = rng.standard_normal((1000, 300)), rng.standard_normal(1000)
+    c, d = rng.standard_normal((m, n)), rng.standard_normal(m)
     return c, d, mg.L1(0.01 * float(np.max(np.abs(c.T @ d))))
 
 
 def test_an_answer_that_looks_dense_goes_to_the_general_road():
-    c, d, penalty = _dense_answer()
+    c, d, penalty = _dense_answer(700, 600)  # more columns than one set takes at once
     res = mg.least_squares(c, d, penalty)
     assert "working_set" not in res.info and res.converged
-    assert np.count_nonzero(res.x) > working_set.MAX_SET  # the road's own limit, too
+    assert np.count_nonzero(res.x) > working_set.MAX_SET
+
+
+def test_a_tall_c_whose_answer_looks_dense_is_solved_with_all_its_columns():
+    c, d, penalty = _dense_answer(1000, 300)
+    c[:, 7] = 0.0  # an empty column stays out
+    res = mg.least_squares(c, d, penalty)
+    assert res.info["working_set"] == 299 and res.converged
+    assert np.count_nonzero(res.x) > 0.8 * 300 and res.x[7] == 0.0
+    general = mg.least_squares(c, d, penalty, **GENERAL)
+    assert res.fun == pytest.approx(general.fun, rel=1e-12)
+    f_ref = _f(c, d, _lasso(c, d, penalty), penalty)
+    assert res.fun <= f_ref + 1e-10 * abs(f_ref)
 
 
 @pytest.mark.parametrize("limit", ["set", "rounds", "unfinished"])

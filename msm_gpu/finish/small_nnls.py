@@ -102,8 +102,9 @@ def small_result(c, d, x, diag, ctd, penalty, tol, column, times, info, cx=None,
     it: F, its relative KKT residual from C (design form: A x = C'(C x), r = -C'd) and
     its ``converged`` rule; None where F is not finite or the KKT residual is above
     ``tol`` (the general road then takes the call).  ``column``: x as one column;
-    ``times`` = (started, set up); ``info`` (the road's entries) gains the KKT residual.  ``cx`` = C x
-    and ``ax`` = C'C x where the caller has them (else formed here)."""
+    ``times`` = (started, set up); ``info`` (the road's entries) gains the KKT
+    residual.  ``cx`` = C x and ``ax`` = C'C x where the caller has them (else formed
+    here)."""
     started, set_up = times
     cx = c @ x if cx is None else cx
     ax = c.T @ cx if ax is None else ax

@@ -20,11 +20,14 @@ exact active set in place of their inner coordinate descent:
    road's answer, with the same residual and ``converged`` rule.
 
 F falls at every round (x stays feasible for the next W, which adds a violator), so no
-set comes back.  A wide C (fewer than :data:`MIN_ROWS_PER_COLUMN` rows per column), an
-answer that looks dense (:func:`_looks_dense`), a set that reaches :data:`MAX_SET`
-columns unfinished, or a round with no violator left while the residual is above the
-tolerance returns None: the general road takes the call, having lost a few products
-with C (on a tall C whose answer is dense, about a tenth of its time).
+set comes back.  An answer that looks dense (:func:`_looks_dense`) on a tall C of at
+most :data:`MAX_ALL` columns, most of them breaking the conditions, is solved with all
+its columns at once (the Gram form's exact active set, from x).  A wide C (fewer than
+:data:`MIN_ROWS_PER_COLUMN` rows per column), any other answer that looks dense, a set
+with no room left under :data:`MAX_SET` columns, or a round with no violator left while
+the residual is above the tolerance returns None: the general road takes the call,
+having lost a few products with C (about a tenth of its time where the answer is
+dense; benchmarks/bench_working_set.py).
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ from .terms import host_kkt
 #: Most columns in the working set: beyond, the answer is dense and the general road's
 #: sweeps reach it sooner than doubling Gram matrices.
 MAX_SET = 256
+#: Most columns of a C whose dense-looking answer is solved with all of them at once.
+MAX_ALL = 512
 #: The first working set's size (celer's p0).
 FIRST_SET = 16
 #: Fewest rows of C per column: on a wide C the answer fills up to m columns and the
@@ -113,7 +118,7 @@ def _solve(C, d, squares, penalty, tol, column, started):
     inv_norms = np.zeros(n)
     np.divide(1.0, np.sqrt(squares, where=usable, out=np.zeros(n)), where=usable, out=inv_norms)
     empty = np.flatnonzero(~usable)
-    work = _WorkingSet(C, d, ctd, squares, min(n, MAX_SET))
+    work = _WorkingSet(C, d, ctd, squares, min(n, max(MAX_SET, MAX_ALL)))
     cx = np.zeros(m)
     r_term = float(np.linalg.norm(ctd * inv_norms))  # the KKT residual's r term
     last_breaking = np.inf  # violators in the last round
@@ -139,20 +144,27 @@ def _solve(C, d, squares, penalty, tol, column, started):
             if breaking.size == 0:
                 return None  # the residual is W's own: the general road finishes it
         used = x[work.columns] != 0.0
-        if work.size and _looks_dense(used, breaking.size, last_breaking):
-            return None
-        last_breaking = breaking.size
-        # W: the columns in use and the best candidates, as many again as in use (celer's
-        # growth) or twice as many as break the conditions (fewer filler columns once
-        # few do), at most MAX_SET in all
         n_used = int(np.count_nonzero(used))
-        wanted = min(max(FIRST_SET, n_used), max(FIRST_SET, 2 * breaking.size))
-        take = min(wanted, MAX_SET - n_used, n - work.size - empty.size)
-        if take <= 0:
-            return None  # no room left: a dense answer
-        joining = np.argpartition(excess, -take)[-take:]
-        work.keep(used)
-        work.add(joining)
+        if work.size and _looks_dense(used, breaking.size, last_breaking):
+            outside = n - empty.size - work.size
+            if not (m >= n and n - empty.size <= MAX_ALL and breaking.size >= outside / 2):
+                return None
+            # a tall C whose columns fit in one set, most of them breaking the
+            # conditions: all of them join (the Gram form's exact active set, from x),
+            # as the general road would solve it
+            work.add(np.flatnonzero(np.isfinite(excess)))
+        else:
+            # W: the columns in use and the best candidates, as many again as in use
+            # (celer's growth) or twice as many as break the conditions (fewer filler
+            # columns once few do), at most MAX_SET in all
+            wanted = min(max(FIRST_SET, n_used), max(FIRST_SET, 2 * breaking.size))
+            take = min(wanted, MAX_SET - n_used, n - work.size - empty.size)
+            if take <= 0:
+                return None  # no room left: a dense answer
+            joining = np.argpartition(excess, -take)[-take:]
+            work.keep(used)
+            work.add(joining)
+        last_breaking = breaking.size
         solved = work.solve(penalty, x[work.columns])
         if solved is None:
             return None
