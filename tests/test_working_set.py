@@ -269,3 +269,20 @@ def test_bad_input_gets_the_general_roads_errors(case):
         d[3] = np.inf
     with pytest.raises(ValueError, match="C" if case == "nan in C" else "D"):
         mg.least_squares(c, d, mg.L1(1.0))
+
+
+def test_the_copies_of_c_follow_the_set_not_the_limit(monkeypatch):
+    # a sparse answer on a tall C: the copy of C_W grows with W (no MAX_ALL columns held)
+    c, d = _planted(2000, 500, 10, seed=12)
+    held = []
+    real = working_set._WorkingSet.solve
+
+    def recording(self, penalty, x0):
+        held.append((self.size, self.cw.shape[1], self.gram.shape))
+        return real(self, penalty, x0)
+
+    monkeypatch.setattr(working_set._WorkingSet, "solve", recording)
+    res = mg.least_squares(c, d, mg.L1(0.1 * float(np.max(np.abs(c.T @ d)))))
+    assert "working_set" in res.info and held
+    assert all(size <= room <= max(2 * size, 2 * working_set.FIRST_SET) for size, room, _ in held)
+    assert all(shape == (room, room) for _, room, shape in held)

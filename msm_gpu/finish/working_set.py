@@ -47,8 +47,10 @@ from .terms import host_kkt
 #: Most columns in the working set: beyond, the answer is dense and the general road's
 #: sweeps reach it sooner than doubling Gram matrices.
 MAX_SET = 256
-#: Most columns of a C whose dense-looking answer is solved with all of them at once.
+#: Most columns (and bytes) of a C whose dense-looking answer is solved with all of them
+#: at once (their copy is as large as C).
 MAX_ALL = 512
+MAX_ALL_BYTES = 1 << 28
 #: The first working set's size (celer's p0).
 FIRST_SET = 16
 #: Fewest rows of C per column: on a wide C the answer fills up to m columns and the
@@ -147,7 +149,8 @@ def _solve(C, d, squares, penalty, tol, column, started):
         n_used = int(np.count_nonzero(used))
         if work.size and _looks_dense(used, breaking.size, last_breaking):
             outside = n - empty.size - work.size
-            if not (m >= n and n - empty.size <= MAX_ALL and breaking.size >= outside / 2):
+            small = n - empty.size <= MAX_ALL and C.nbytes <= MAX_ALL_BYTES
+            if not (m >= n and small and breaking.size >= outside / 2):
                 return None
             # a tall C whose columns fit in one set, most of them breaking the
             # conditions: all of them join (the Gram form's exact active set, from x),
@@ -218,13 +221,25 @@ class _WorkingSet:
     powers of two (exact; as the small road's, S C'C S has a diagonal in [0.5, 2)): each
     column copied and each product formed once, as W grows."""
 
-    def __init__(self, C, d, ctd, squares, capacity):
+    def __init__(self, C, d, ctd, squares, limit):
         self.C, self.d, self.ctd = C, d, ctd
         self.scale = equilibration(squares)
         self.size = 0
+        self.limit = limit  # most columns W may hold
         self.columns = np.zeros(0, dtype=np.intp)
-        self.cw = np.empty((capacity, C.shape[0])).T  # Fortran order: columns contiguous
-        self.gram = np.empty((capacity, capacity))
+        self.cw = np.empty((0, C.shape[0])).T  # Fortran order: columns contiguous
+        self.gram = np.empty((0, 0))
+
+    def _make_room(self, size):
+        """Buffers for ``size`` columns: grown by doubling, so that memory follows W."""
+        held = self.gram.shape[0]
+        if size <= held:
+            return
+        room = min(self.limit, max(size, 2 * held, 2 * FIRST_SET))
+        w = self.size
+        cw, gram = np.empty((room, self.C.shape[0])).T, np.empty((room, room))
+        cw[:, :w], gram[:w, :w] = self.cw[:, :w], self.gram[:w, :w]
+        self.cw, self.gram = cw, gram
 
     def keep(self, mask):
         """W keeps the columns where ``mask`` holds, in order."""
@@ -240,6 +255,7 @@ class _WorkingSet:
     def add(self, new):
         """W gains the columns ``new``."""
         w, k = self.size, new.size
+        self._make_room(w + k)
         np.multiply(self.C[:, new], self.scale[new], out=self.cw[:, w : w + k])
         cw = self.cw[:, : w + k]
         block = cw.T @ self.cw[:, w : w + k]  # C_W'C_new, the new columns' own included
