@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from . import run
 from ._input.foreign import accepts_foreign_arrays
+from ._input.validation import check_real
 from .dask import solve as dask_solve
 from .dask.solve import any_dask
 from .finish.small_pwl import try_small
@@ -201,7 +202,7 @@ def least_squares(
         penalty whose first sweep frees most variables (``res.info["design_probe"]``).
         Reported in ``res.info["representation"]``.  One small problem (a float64 NumPy
         C with at most 128 columns and 65 536 entries, a 1-D ``D``, a Zero, Box, NonNeg,
-        L1 or NonNegL1 penalty and no keyword given) is solved by the exact active set on
+        L1 or NonNegL1 penalty and no keyword but ``tol``) is solved by the exact active set on
         C'C without the batch's layers (``info["small_problem"]``): the general road's
         answer in a fraction of the call time.  One larger such problem with an L1 or
         NonNegL1 penalty and a C that is not wide (m >= 0.75 n) is first tried by working
@@ -233,11 +234,13 @@ def least_squares(
         if representation != "auto":
             options["representation"] = representation
         return dask_solve.least_squares(C, D, penalty, x0=x0, backend=backend, **options)
-    if x0 is None and backend == "auto" and representation == "auto" and not options:
-        # one small dense problem: without the batch's layers (finish/small_pwl.py)
-        small = try_small(C, D, penalty, _DEFAULTS.tol)
-        if small is None:  # one dense l1 problem with a sparse answer (working_set.py)
-            small = try_working_set(C, D, penalty, _DEFAULTS.tol)
+    if x0 is None and backend == "auto" and representation == "auto" and set(options) <= {"tol"}:
+        # one small dense problem without the batch's layers (finish/small_pwl.py), or one
+        # dense l1 problem with a sparse answer (working_set.py): exact, to the same tol
+        tol = check_real(options["tol"], "tol", low=0.0) if options else _DEFAULTS.tol
+        small = try_small(C, D, penalty, tol)
+        if small is None:
+            small = try_working_set(C, D, penalty, tol)
         if small is not None:
             return small
     return run.least_squares(
@@ -251,7 +254,7 @@ def nnls(C, D, **kwargs) -> SolveResult:
     Same as ``least_squares(C, D, NonNeg(), **kwargs)``.  By default the answer is exact
     (the one SciPy's ``nnls`` gives per column): on the CPU an active set per column, on
     the GPU MSM sweeps followed by the exact finish.  One small problem (a float64 NumPy
-    C with at most 128 columns and 65 536 entries, a 1-D ``D``, no keyword given) is
+    C with at most 128 columns and 65 536 entries, a 1-D ``D``, no keyword but ``tol``) is
     solved without the batch's layers (``info["small_problem"]``): the same answer in a
     fraction of the call time.
 

@@ -228,7 +228,7 @@ def test_other_calls_take_the_general_road(case):
     c, d = _planted(300, 400, 12, seed=10)
     kwargs, penalty = {}, mg.L1(0.1 * float(np.max(np.abs(c.T @ d))))
     if case == "option":
-        kwargs = {"tol": 1e-6}
+        kwargs = {"max_iter": 5000}
     elif case == "x0":
         kwargs = {"x0": np.zeros(400)}
     elif case == "representation":
@@ -286,3 +286,25 @@ def test_the_copies_of_c_follow_the_set_not_the_limit(monkeypatch):
     assert "working_set" in res.info and held
     assert all(size <= room <= max(2 * size, 2 * working_set.FIRST_SET) for size, room, _ in held)
     assert all(shape == (room, room) for _, room, shape in held)
+
+
+@pytest.mark.parametrize("tol", [1e-13, 1e-8, 1e-3])
+def test_a_tol_given_is_the_working_sets_own(tol):
+    # tol alone keeps the fast roads (benchopt's solver passes it): the KKT residual is
+    # within it, and F within rounding of the general road's at the same tol or below
+    c, d = _planted(500, 600, 10, seed=13)
+    penalty = mg.L1(0.05 * float(np.max(np.abs(c.T @ d))))
+    res = mg.least_squares(c, d, penalty, tol=tol)
+    assert "working_set" in res.info and res.converged
+    assert res.info["kkt_residual"][0] <= tol
+    general = mg.least_squares(c, d, penalty, tol=tol, **GENERAL)
+    assert res.fun <= general.fun + 1e-12 * abs(general.fun)
+    small = mg.least_squares(c[:100, :40], d[:100], penalty, tol=tol)
+    assert small.info.get("small_problem") and small.info["kkt_residual"][0] <= tol
+
+
+@pytest.mark.parametrize(("tol", "error"), [(-1.0, ValueError), ("1e-6", TypeError)])
+def test_a_bad_tol_is_named(tol, error):
+    c, d = _planted(500, 600, 10, seed=13)
+    with pytest.raises(error, match="tol"):
+        mg.least_squares(c, d, mg.L1(1.0), tol=tol)

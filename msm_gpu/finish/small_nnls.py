@@ -4,7 +4,7 @@
 millisecond in the layers a batch needs (validation objects, rescaling, the design form's
 set-up, the result's bookkeeping) around a solve of tens of microseconds: ten to seventy
 times SciPy's ``nnls`` on the same problem.  Where nothing calls for those layers (NumPy
-float64 input, finite, of moderate scale, no option given), :func:`try_small_nnls` solves
+float64 input, finite, of moderate scale, no option but ``tol``), :func:`try_small_nnls` solves
 the problem by Lawson & Hanson's active set on C'C (:mod:`msm_gpu.solvers.nnls_columns`;
 where C'C is ill-conditioned, its face solved again from C by QR, the polish of
 :mod:`msm_gpu.finish.design_polish`) and returns the result the general road would: the

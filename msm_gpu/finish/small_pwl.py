@@ -7,7 +7,7 @@ scikit-learn's ``Lasso`` takes for the same problem.  :mod:`.small_nnls` removed
 layers for NNLS; :func:`try_small` does the same for every penalty the active set solves
 exactly (Zero, Box, NonNeg, L1, NonNegL1, scalar or per-row parameters): where nothing
 calls for the batch's layers (NumPy float64 input, finite, of moderate scale, one
-right-hand side, no option given), Lawson & Hanson's active set on the equilibrated C'C
+right-hand side, no option but ``tol``), Lawson & Hanson's active set on the equilibrated C'C
 (:func:`msm_gpu.solvers.pwl_active_set.pwl_active_set`, the Gram form's finish) solves it,
 and the result is the general road's: the same ``x`` to rounding, F, the same relative KKT
 residual and ``converged`` rule.  NNLS keeps its own road (:mod:`.small_nnls`: its QR
