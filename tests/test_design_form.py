@@ -333,7 +333,9 @@ def test_a_tall_lasso_whose_answer_holds_most_variables_goes_to_the_gram_form(po
     from sklearn.linear_model import Lasso
 
     c, d, penalty = _tall_lasso(900, 250, planted=False, seed=3, positive=positive)
-    res = mg.least_squares(c, d, penalty)
+    # a keyword: the general road (at default options the working sets take this call,
+    # all 250 columns at once: tests/test_working_set.py)
+    res = mg.least_squares(c, d, penalty, finish="auto")
     assert res.info["representation"] == "gram" and "design_probe" in res.info
     assert np.count_nonzero(res.x) > 0.6 * 250
     forced = mg.least_squares(c, d, penalty, representation="design")
