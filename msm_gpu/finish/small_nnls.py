@@ -56,9 +56,9 @@ def fits_small(C, d) -> bool:
 
 
 def try_small_nnls(C, d, tol):
-    """The result of ``nnls(C, d)`` at default options (``tol`` the default tolerance),
-    or None where the general road must take the call (see the module docstring).  The
-    user's arrays are only read."""
+    """The result of ``nnls(C, d)`` at default options but ``tol`` (the default or the one
+    given), or None where the general road must take the call (see the module
+    docstring).  The user's arrays are only read."""
     started = time.perf_counter()
     if not fits_small(C, d):
         return None

@@ -29,9 +29,9 @@ from .small_nnls import SCALE_LIMITS, fits_small, small_result, try_small_nnls
 
 
 def try_small(C, d, penalty, tol):
-    """The result of ``least_squares(C, d, penalty)`` at default options (``tol`` the
-    default tolerance), or None where the general road must take the call (see the module
-    docstring).  The user's arrays are only read."""
+    """The result of ``least_squares(C, d, penalty)`` at default options but ``tol`` (the
+    default or the one given), or None where the general road must take the call (see
+    the module docstring).  The user's arrays are only read."""
     if penalty is None:
         penalty = Zero()
     if type(penalty) is NonNeg:

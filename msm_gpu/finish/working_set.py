@@ -64,9 +64,10 @@ MAX_ROUNDS = 32
 
 
 def try_working_set(C, d, penalty, tol):
-    """The result of ``least_squares(C, d, penalty)`` at default options for an L1 or
-    NonNegL1 penalty (``tol`` the default tolerance), or None where the general road must
-    take the call (see the module docstring).  The user's arrays are only read."""
+    """The result of ``least_squares(C, d, penalty)`` at default options but ``tol`` (the
+    default or the one given) for an L1 or NonNegL1 penalty, or None where the general
+    road must take the call (see the module docstring).  The user's arrays are only
+    read."""
     if type(penalty) not in (L1, NonNegL1):
         return None
     lam = float(penalty.lam)
