@@ -207,8 +207,9 @@ def least_squares(
         answer in a fraction of the call time.  One larger such problem with an L1 or
         NonNegL1 penalty and a C that is not wide (m >= 0.75 n) is first tried by working
         sets (``msm_gpu/finish/working_set.py``: the exact active set on at most 256
-        columns, ``info["working_set"]`` their number), which reach a sparse answer
-        without copying C; an answer that looks dense goes on to the general road.
+        columns, all of a tall C's up to 512 where its answer looks dense;
+        ``info["working_set"]`` their number), which reach a sparse answer without copying
+        C; any other answer that looks dense goes on to the general road.
 
     Returns
     -------

@@ -98,7 +98,7 @@ def try_small_nnls(C, d, tol):
 
 def small_result(c, d, x, diag, ctd, penalty, tol, column, times, info, cx=None, ax=None):
     """The SolveResult of a small road's answer ``x`` of min 1/2 ||C x - d||^2 + h(x)
-    (``c`` F-ordered, ``diag`` = ||c_j||^2, ``ctd`` = C'd), as the general road reports
+    (``c`` in either order, ``diag`` = ||c_j||^2, ``ctd`` = C'd), as the general road reports
     it: F, its relative KKT residual from C (design form: A x = C'(C x), r = -C'd) and
     its ``converged`` rule; None where F is not finite or the KKT residual is above
     ``tol`` (the general road then takes the call).  ``column``: x as one column;
