@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from general_road_calls import COMMON, general_road_call
 from scipy.optimize import nnls as scipy_nnls
 
 import msm_gpu as mg
@@ -104,18 +105,10 @@ def test_the_polish_runs_where_the_gram_matrix_is_ill_conditioned():
     ],
 )
 def test_other_calls_take_the_general_road(case):
-    import scipy.sparse as sp
-
     rng = np.random.default_rng(1)
     c, d, kwargs = rng.random((30, 8)), rng.random(30), {}
-    if case == "option":
-        kwargs = {"max_iter": 5000}
-    elif case == "float32":
-        c = c.astype(np.float32)
-    elif case == "two columns":
-        d = np.c_[d, d]
-    elif case == "sparse":
-        c = sp.csr_matrix(c)
+    if case in COMMON:
+        c, d, kwargs = general_road_call(case, c, d)
     elif case == "too many unknowns":
         c = rng.random((30, small_nnls.MAX_N + 1))
     elif case == "huge scale":
@@ -127,8 +120,6 @@ def test_other_calls_take_the_general_road(case):
         d[3] = np.nan
     elif case == "empty column":
         c[:, 2] = 0.0
-    elif case == "list":
-        d = d.tolist()
     if case == "nan":
         with pytest.raises(ValueError):
             mg.nnls(c, d)

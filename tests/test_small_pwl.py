@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from general_road_calls import COMMON, general_road_call
 from scipy.optimize import lsq_linear
 from sklearn.linear_model import Lasso
 
@@ -175,24 +176,10 @@ def test_an_unfinished_solve_goes_to_the_general_road(monkeypatch):
     ],
 )
 def test_other_calls_take_the_general_road(case):
-    import scipy.sparse as sp
-
     rng = np.random.default_rng(1)
     c, d, kwargs, penalty = rng.standard_normal((30, 8)), rng.standard_normal(30), {}, mg.L1(1.0)
-    if case == "option":
-        kwargs = {"max_iter": 5000}
-    elif case == "x0":
-        kwargs = {"x0": np.zeros(8)}
-    elif case == "backend":
-        kwargs = {"backend": "cpu"}
-    elif case == "representation":
-        kwargs = {"representation": "gram"}
-    elif case == "float32":
-        c = c.astype(np.float32)
-    elif case == "two columns":
-        d = np.c_[d, d]
-    elif case == "sparse":
-        c = sp.csr_matrix(c)
+    if case in COMMON:
+        c, d, kwargs = general_road_call(case, c, d)
     elif case == "too many unknowns":
         c = rng.standard_normal((30, small_nnls.MAX_N + 1))
     elif case == "huge scale":
@@ -201,8 +188,6 @@ def test_other_calls_take_the_general_road(case):
         penalty = mg.L1(1e120)
     elif case == "empty column":
         c[:, 2] = 0.0
-    elif case == "list":
-        d = d.tolist()
     elif case == "l0":
         penalty = mg.L0(0.5)
     res = mg.least_squares(c, d, penalty, **kwargs)
