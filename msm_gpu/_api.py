@@ -235,17 +235,25 @@ def least_squares(
         if representation != "auto":
             options["representation"] = representation
         return dask_solve.least_squares(C, D, penalty, x0=x0, backend=backend, **options)
+    c_stats = None
     if x0 is None and backend == "auto" and representation == "auto" and set(options) <= {"tol"}:
         # one small dense problem without the batch's layers (finish/small_pwl.py), or one
         # dense l1 problem with a sparse answer (working_set.py): exact, to the same tol
         tol = check_real(options["tol"], "tol", low=0.0) if options else _DEFAULTS.tol
         small = try_small(C, D, penalty, tol)
         if small is None:
-            small = try_working_set(C, D, penalty, tol)
+            small, c_stats = try_working_set(C, D, penalty, tol)
         if small is not None:
             return small
-    return run.least_squares(
-        C, D, penalty, x0=x0, backend=backend, representation=representation, **options
+    return run.least_squares(  # c_stats: no second pass over C after the working sets'
+        C,
+        D,
+        penalty,
+        x0=x0,
+        backend=backend,
+        representation=representation,
+        c_stats=c_stats,
+        **options,
     )
 
 

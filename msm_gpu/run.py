@@ -15,6 +15,7 @@ from . import column_blocks
 from ._input import validation as v
 from ._input.memory import check_max_memory
 from ._input.problem import gram_problem, prepare_design, prepare_solve, user_outcome
+from ._input.stats import column_stats
 from .arrays import aligned_empty, is_cupy, is_sparse, to_host
 from .finish.design_form import (
     check_representation,
@@ -232,11 +233,15 @@ def solve_prepared(problem, started, options):
     )
 
 
-def least_squares(C, D, penalty=None, *, x0=None, backend="auto", representation="auto", **options):
+def least_squares(
+    C, D, penalty=None, *, x0=None, backend="auto", representation="auto", c_stats=None, **options
+):
     """:func:`msm_gpu.least_squares` on in-memory arrays (keywords: :class:`SolveOptions`).
 
     The representation (Gram or design form) is chosen once for the whole batch; its
-    columns are then solved in blocks whose workspace fits ``max_memory``."""
+    columns are then solved in blocks whose workspace fits ``max_memory``.  ``c_stats``:
+    :func:`msm_gpu._input.stats.column_stats` of C where the caller has it (each block
+    takes it: no pass over C for them)."""
     started = time.perf_counter()
     penalty = Zero() if penalty is None else v.check_penalty(penalty)
     user_options = options
@@ -252,7 +257,7 @@ def least_squares(C, D, penalty=None, *, x0=None, backend="auto", representation
     )
     if blocks is None or blocks.n_blocks == 1:
         res = _least_squares_whole(
-            C, D, penalty, x0, backend, representation, options, user_options, started
+            C, D, penalty, x0, backend, representation, options, user_options, started, c_stats
         )
         if blocks is not None:
             res.info.update(n_blocks=1, block_columns=blocks.n_cols)
@@ -264,12 +269,22 @@ def least_squares(C, D, penalty=None, *, x0=None, backend="auto", representation
             "auto", shape, is_sparse(C), blocks.n_cols, why_not, exact_road(options, penalty)
         )
     rhs = D.tocsc() if is_sparse(D) and getattr(D, "format", "csc") not in ("csc", "csr") else D
+    if c_stats is None:  # one pass over C for every block (None where C is not a plain array)
+        c_stats = column_stats(C)
 
     def solve_block(d_cols, x0_cols, time_limit):
         block_options = replace(options, time_limit=time_limit)
         block_user = {**user_options, "time_limit": time_limit}
         return _least_squares_whole(
-            C, d_cols, penalty, x0_cols, backend, representation, block_options, block_user
+            C,
+            d_cols,
+            penalty,
+            x0_cols,
+            backend,
+            representation,
+            block_options,
+            block_user,
+            c_stats=c_stats,
         )
 
     return column_blocks.solve_in_blocks(
@@ -288,7 +303,7 @@ def _columns(c) -> int:
 
 
 def _least_squares_whole(
-    C, D, penalty, x0, backend, representation, options, user_options, started=None
+    C, D, penalty, x0, backend, representation, options, user_options, started=None, c_stats=None
 ):
     """One in-memory least-squares solve of all the columns of D at once."""
     started = time.perf_counter() if started is None else started
@@ -302,7 +317,8 @@ def _least_squares_whole(
         None,
         exact_road(options, penalty),
     )
-    base = prepare_design(C, D, penalty, x0, backend, c_order="F" if expected == "design" else None)
+    c_order = "F" if expected == "design" else None
+    base = prepare_design(C, D, penalty, x0, backend, c_order=c_order, c_stats=c_stats)
     c_kind = base.design.c_kind
     why_not = design_applies(options, penalty, base.backend.on_host)
     form = choose_representation(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from general_road_calls import COMMON, general_road_call
 from sklearn.linear_model import Lasso
 
 import msm_gpu as mg
@@ -223,22 +224,10 @@ def test_a_limit_reached_hands_the_call_to_the_general_road(monkeypatch, limit):
     ],
 )
 def test_other_calls_take_the_general_road(case):
-    import scipy.sparse as sp
-
     c, d = _planted(300, 400, 12, seed=10)
     kwargs, penalty = {}, mg.L1(0.1 * float(np.max(np.abs(c.T @ d))))
-    if case == "option":
-        kwargs = {"max_iter": 5000}
-    elif case == "x0":
-        kwargs = {"x0": np.zeros(400)}
-    elif case == "representation":
-        kwargs = {"representation": "design"}
-    elif case == "float32":
-        c = c.astype(np.float32)
-    elif case == "two columns":
-        d = np.c_[d, d]
-    elif case == "sparse":
-        c = sp.csr_matrix(c)
+    if case in COMMON:
+        c, d, kwargs = general_road_call(case, c, d, representation="design")
     elif case == "strided view":
         c = np.repeat(c, 2, axis=1)[:, ::2]
     elif case == "wide":  # fewer rows than MIN_ROWS_PER_COLUMN per column
@@ -253,8 +242,6 @@ def test_other_calls_take_the_general_road(case):
         penalty = mg.L0(penalty.lam)
     elif case == "huge scale":
         c, d, penalty = c * 1e150, d * 1e150, mg.L1(penalty.lam * 1e300)
-    elif case == "list":
-        d = d.tolist()
     res = mg.least_squares(c, d, penalty, **kwargs)
     assert "working_set" not in res.info
     assert res.converged or case == "l0"
@@ -308,3 +295,24 @@ def test_a_bad_tol_is_named(tol, error):
     c, d = _planted(500, 600, 10, seed=13)
     with pytest.raises(error, match="tol"):
         mg.least_squares(c, d, mg.L1(1.0), tol=tol)
+
+
+def test_a_hand_over_makes_no_second_pass_over_c(monkeypatch):
+    # the general road takes the working sets' column statistics of C
+    from msm_gpu._input import problem, stats
+
+    c, d, penalty = _dense_answer(700, 600)
+    passes = []
+    real = stats.column_stats
+
+    def counting(x):
+        passes.append(x is c)
+        return real(x)
+
+    monkeypatch.setattr(working_set, "column_stats", counting)
+    monkeypatch.setattr(problem, "column_stats", counting)
+    res = mg.least_squares(c, d, penalty)
+    assert "working_set" not in res.info and res.converged
+    assert passes.count(True) == 1
+    expected = mg.least_squares(c, d, penalty, **GENERAL)
+    np.testing.assert_array_equal(res.x, expected.x)

@@ -265,16 +265,19 @@ class DesignProblem:
         return self.backend.to_user(x[:, 0] if self.one_problem else x, self.user_like)
 
 
-def prepare_design(C, D, penalty, x0, backend, *, c_order=None) -> DesignProblem:
+def prepare_design(C, D, penalty, x0, backend, *, c_order=None, c_stats=None) -> DesignProblem:
     """Check ``least_squares(C, D, penalty, x0=x0, backend=backend)`` and rescale C and D
     by powers of two; no product of C is formed here.  ``c_order="F"``: the rescaled copy
-    of a host dense C is column-major (the design form is expected; a wide C always is)."""
+    of a host dense C is column-major (the design form is expected; a wide C always is).
+    ``c_stats``: :func:`column_stats` of this C where the caller has it."""
+    given = C
     C = v.check_array(C, "C", ndims=(2,), check_finite=False)
     D = v.check_array(D, "D", check_finite=False)
     c_kind, d_kind = ArrayKind.of(C), ArrayKind.of(D)  # the inputs' kinds, found once
     # one pass over a dense C (or a sparse C's entries): finite and max |C|, and for a
     # C-ordered C its columns' sums of squares (the design form's ||c_j||^2)
-    c_stats = column_stats(C) if not c_kind.sparse else None
+    if c_stats is None or C is not given:
+        c_stats = column_stats(C) if not c_kind.sparse else None
     if c_stats is None:
         c_stats = host_float_stats(C.data if c_kind.sparse and not c_kind.on_device else C)
     if c_kind.dtype.kind == "f" and not c_kind.sparse:  # sparse: checked above

@@ -42,13 +42,12 @@ from ..penalties import L1, NonNegL1
 from ..solvers.pwl_active_set import pwl_active_set
 from .faces import Faces
 from .small_nnls import SCALE_LIMITS, small_result
-from .terms import host_kkt
 
 #: Most columns in the working set: beyond, the answer is dense and the general road's
 #: sweeps reach it sooner than doubling Gram matrices.
 MAX_SET = 256
 #: Most columns (and bytes) of a C whose dense-looking answer is solved with all of them
-#: at once (their copy is as large as C).
+#: at once (their copy is as large as C); at least MAX_SET.
 MAX_ALL = 512
 MAX_ALL_BYTES = 1 << 28
 #: The first working set's size (celer's p0).
@@ -64,50 +63,53 @@ MAX_ROUNDS = 32
 
 
 def try_working_set(C, d, penalty, tol):
-    """The result of ``least_squares(C, d, penalty)`` at default options but ``tol`` (the
+    """(the result of ``least_squares(C, d, penalty)`` at default options but ``tol`` (the
     default or the one given) for an L1 or NonNegL1 penalty, or None where the general
-    road must take the call (see the module docstring).  The user's arrays are only
-    read."""
+    road must take the call (see the module docstring); the column statistics of C found
+    on the way, :func:`msm_gpu._input.stats.column_stats`'s, or None): the general road
+    takes them and makes no second pass over C.  The user's arrays are only read."""
     if type(penalty) not in (L1, NonNegL1):
-        return None
+        return None, None
     lam = float(penalty.lam)
     if not SCALE_LIMITS[0] <= lam <= SCALE_LIMITS[1]:
-        return None  # lam = 0 is least squares (a dense answer); extremes are rescaled
+        return None, None  # lam = 0 is least squares (a dense answer); extremes are rescaled
     started = time.perf_counter()
-    stats = _plain_stats(C, d)
-    if stats is None:
-        return None
-    squares, d1 = stats
+    c_stats, squares, d1 = _plain_stats(C, d)
+    if squares is None:
+        return None, c_stats
     column = d.ndim == 2  # D given as one column: x is one column too
-    return _solve(C, d1, squares, penalty, tol, column, started)
+    return _solve(C, d1, squares, penalty, tol, column, started), c_stats
 
 
 def _plain_stats(C, d):
-    """(||c_j||^2, d as a contiguous 1-D array) where C is a NumPy float64 matrix in C or
-    Fortran order and d one float64 column, both finite and of moderate scale; else
-    None."""
+    """(column_stats(C) or None, ||c_j||^2, d as a contiguous 1-D array) where C is a NumPy
+    float64 matrix in C or Fortran order and d one float64 column, both finite and of
+    moderate scale; the last two None for anything else."""
+    nothing = None, None, None
     if type(C) is not np.ndarray or type(d) is not np.ndarray:
-        return None
+        return nothing
     if C.dtype != np.float64 or d.dtype != np.float64 or C.ndim != 2 or 0 in C.shape:
-        return None
+        return nothing
     m, n = C.shape
     if m < MIN_ROWS_PER_COLUMN * n:
-        return None  # a wide C: see MIN_ROWS_PER_COLUMN
+        return nothing  # a wide C: see MIN_ROWS_PER_COLUMN
     if not (d.shape == (m,) or d.shape == (m, 1)):
-        return None
+        return nothing
+    c_stats = None
     if C.flags.c_contiguous:
-        finite, top, squares = column_stats(C)  # one compiled pass over C
+        c_stats = column_stats(C)  # one compiled pass over C
+        finite, top, squares = c_stats
     elif C.flags.f_contiguous:
         finite, top, _ = host_float_stats(C)
         squares = np.einsum("ij,ij->j", C, C)
     else:
-        return None
+        return nothing
     d = np.ascontiguousarray(d.reshape(m))
     d_finite, d_top, _ = host_float_stats(d)
     low, high = SCALE_LIMITS
     if not (finite and d_finite and low <= top <= high and low <= d_top <= high):
-        return None
-    return squares, d
+        return c_stats, None, None
+    return c_stats, squares, d
 
 
 def _solve(C, d, squares, penalty, tol, column, started):
@@ -118,18 +120,13 @@ def _solve(C, d, squares, penalty, tol, column, started):
     g = ctd.copy()  # C'(d - C x): the negative gradient, at x = 0
     x = np.zeros(n)
     usable = squares > 0.0  # an empty column never moves
-    inv_norms = np.zeros(n)
-    np.divide(1.0, np.sqrt(squares, where=usable, out=np.zeros(n)), where=usable, out=inv_norms)
+    inv_norms = np.divide(1.0, np.sqrt(squares), out=np.zeros(n), where=usable)
     empty = np.flatnonzero(~usable)
-    work = _WorkingSet(C, d, ctd, squares, min(n, max(MAX_SET, MAX_ALL)))
+    work = _WorkingSet(C, ctd, squares, min(n, MAX_ALL))
     cx = np.zeros(m)
     r_term = float(np.linalg.norm(ctd * inv_norms))  # the KKT residual's r term
     last_breaking = np.inf  # violators in the last round
-    rounds = 0
-    while True:
-        rounds += 1
-        if rounds > MAX_ROUNDS:
-            return None
+    for rounds in range(1, MAX_ROUNDS + 1):
         # how far each column outside W breaks the KKT conditions at x_j = 0, per unit of
         # ||c_j||: its term of the KKT residual (W itself was solved exactly)
         excess = (g if nonneg else np.abs(g)) - lam
@@ -137,15 +134,23 @@ def _solve(C, d, squares, penalty, tol, column, started):
         excess[work.columns] = -np.inf
         excess[empty] = -np.inf
         breaking = excess[excess > 0.0]
-        # the residual is at least the violators' part: the exact test (one pass) only
-        # where that part is within the tolerance
+        # the residual is at least the violators' part: the exact test (a pass, with F
+        # and the result) only where that part is within the tolerance
         ax_term = float(np.linalg.norm((ctd - g) * inv_norms))
         if float(np.sqrt(breaking @ breaking)) <= tol * (ax_term + r_term):
-            kkt = host_kkt((ctd - g)[:, None], -ctd[:, None], squares, x[:, None], penalty)
-            if kkt[0] <= tol:
-                break
-            if breaking.size == 0:
-                return None  # the residual is W's own: the general road finishes it
+            info = {
+                "representation": "gram",
+                "finish": "auto",
+                "finish_method": "active_set",
+                "working_set": work.size,
+                "working_set_rounds": rounds,
+            }
+            times = (started, time.perf_counter())
+            result = small_result(
+                C, d, x, squares, ctd, penalty, tol, column, times, info, cx=cx, ax=ctd - g
+            )
+            if result is not None or breaking.size == 0:
+                return result  # None: the residual is W's own, the general road finishes
         used = x[work.columns] != 0.0
         n_used = int(np.count_nonzero(used))
         if work.size and _looks_dense(used, breaking.size, last_breaking):
@@ -174,28 +179,7 @@ def _solve(C, d, squares, penalty, tol, column, started):
             return None
         x[work.columns], cx = solved
         g = C.T @ (d - cx)
-    set_up = time.perf_counter()
-    info = {
-        "representation": "gram",
-        "finish": "auto",
-        "finish_method": "active_set",
-        "working_set": work.size,
-        "working_set_rounds": rounds,
-    }
-    return small_result(
-        C,
-        d,
-        x,
-        squares,
-        ctd,
-        penalty,
-        tol,
-        column,
-        (started, set_up),
-        info,
-        cx=cx,
-        ax=ctd - g,
-    )
+    return None
 
 
 def _looks_dense(used, n_breaking, last_breaking) -> bool:
@@ -222,14 +206,17 @@ class _WorkingSet:
     powers of two (exact; as the small road's, S C'C S has a diagonal in [0.5, 2)): each
     column copied and each product formed once, as W grows."""
 
-    def __init__(self, C, d, ctd, squares, limit):
-        self.C, self.d, self.ctd = C, d, ctd
+    def __init__(self, C, ctd, squares, limit):
+        self.C, self.ctd = C, ctd
         self.scale = equilibration(squares)
-        self.size = 0
         self.limit = limit  # most columns W may hold
         self.columns = np.zeros(0, dtype=np.intp)
         self.cw = np.empty((0, C.shape[0])).T  # Fortran order: columns contiguous
         self.gram = np.empty((0, 0))
+
+    @property
+    def size(self) -> int:
+        return self.columns.size
 
     def _make_room(self, size):
         """Buffers for ``size`` columns: grown by doubling, so that memory follows W."""
@@ -251,7 +238,6 @@ class _WorkingSet:
         self.cw[:, :k] = self.cw[:, idx]
         self.gram[:k, :k] = self.gram[np.ix_(idx, idx)]
         self.columns = self.columns[idx]
-        self.size = k
 
     def add(self, new):
         """W gains the columns ``new``."""
@@ -263,7 +249,6 @@ class _WorkingSet:
         self.gram[: w + k, w : w + k] = block
         self.gram[w : w + k, :w] = block[:w].T
         self.columns = np.concatenate((self.columns, new))
-        self.size = w + k
 
     def solve(self, penalty, x0):
         """(x_W, C_W x_W) of min 1/2 ||C_W x_W - d||^2 + h(x_W), exact, from x0; None
