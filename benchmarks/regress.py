@@ -34,7 +34,8 @@ in turn in the same process (each the best of k interleaved runs), lower is bett
   at their defaults, at equal PSNR (within 0.3 dB); and over scikit-learn's
   image-denoising pipeline (its example's settings), at no lower PSNR.
 * ``first_call/<road>``: seconds a fresh process's first call costs over its second one,
-  the compiled kernels already on disk (what every script and test process pays).
+  the compiled kernels already on disk (what every script and test process pays);
+  ``first_call/numba_floor``, the same for a one-line kernel of no road: Numba's own start.
 
 A metric regresses when it is more than ``--tolerance`` (20%) above its baseline plus the
 metric's own absolute slack (first-call seconds: 0.15 s; GEMMs: 0.15); a cell that
@@ -498,7 +499,9 @@ def cell_sparse_support(quick):
 
 # -- cells: first call in a fresh process ----------------------------------------------------
 
-FIRST_CALL_ROADS = ("nnls", "ls_l1", "nmf", "nmf_beta", "denoise")
+#: ``numba_floor`` is no road of the package: a one-line kernel cached the same way, what
+#: Numba's own start costs any caller (the floor under the others).
+FIRST_CALL_ROADS = ("nnls", "ls_l1", "nmf", "nmf_beta", "denoise", "numba_floor")
 
 
 def cell_first_call(quick):
