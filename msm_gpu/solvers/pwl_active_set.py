@@ -70,6 +70,12 @@ REFINEMENTS = 2
 #: :func:`active_set_on_source`).
 FACTOR_SLACK = 512
 
+#: The Gram form's columns start from the previous column's answer (same thread, a start
+#: of 0) where their linear terms r make an angle whose cosine is at least this: below
+#: it, on correlated right-hand sides, the previous face costs more to undo than a face
+#: built from 0 (docs/benchmarks/shapes.md, "Warm starts between columns").
+WARM_COS = 0.99
+
 #: Table columns handed to the kernel, in this order (see :class:`msm_gpu.finish.faces.Faces`).
 TABLES = ("lo", "hi", "value", "sigma", "left", "right")
 
@@ -737,7 +743,12 @@ def _largest_finite(T, row):
 
 @njit(nogil=True, fastmath=FAST)
 def _gram_range(A, R, tab, X, Q, tol, max_iter, c0, c1, status, iters):
-    """Columns c0..c1-1 of X, Gram form (in: a feasible start, Q its states)."""
+    """Columns c0..c1-1 of X, Gram form (in: a feasible start, Q its states).
+
+    A column whose start is 0 and whose r is alike the previous column's
+    (:func:`_alike`: a Lasso path put in one call, neighbouring pixels or frames) starts
+    from that column's answer instead: its face is near the answer's, so the active set
+    changes a few variables rather than building the face from nothing."""
     n = A.shape[0]
     src = (A,)
     ws = _workspace(n, n, 0)
@@ -746,20 +757,47 @@ def _gram_range(A, R, tab, X, Q, tol, max_iter, c0, c1, status, iters):
     x = np.empty(n)
     q = np.empty(n, dtype=np.int64)
     r = np.empty(n)
+    x_prev = np.empty(n)
+    q_prev = np.empty(n, dtype=np.int64)
+    r_prev = np.empty(n)
+    have_prev = False
     scale = _diagonal_max(src, n)
     for col in range(c0, c1):
         r_max = 0.0
+        zero_start = True
         for i in range(n):
             r[i] = R[i, col]
             r_max = max(r_max, abs(r[i]))
             x[i] = X[i, col]
             q[i] = Q[i, col]
+            zero_start &= x[i] == 0.0
+        if have_prev and zero_start and _alike(r, r_prev):
+            x[:] = x_prev
+            q[:] = q_prev
+        r_prev[:] = r
         st, it = _column(src, r, res, tab, x, q, tol, scale, r_max + s_max, max_iter, ws, False)
         for i in range(n):
             X[i, col] = x[i]
             Q[i, col] = q[i]
         status[col] = st
         iters[col] = it
+        have_prev = st == 1
+        if have_prev:
+            x_prev[:] = x
+            q_prev[:] = q
+
+
+@njit(nogil=True, fastmath=FAST)
+def _alike(r, r_prev):
+    """True when the angle between two columns' linear terms is below acos(WARM_COS)."""
+    dot = 0.0
+    rr = 0.0
+    pp = 0.0
+    for i in range(r.shape[0]):
+        dot += r[i] * r_prev[i]
+        rr += r[i] * r[i]
+        pp += r_prev[i] * r_prev[i]
+    return rr > 0.0 and pp > 0.0 and dot >= WARM_COS * math.sqrt(rr * pp)
 
 
 @njit(nogil=True, fastmath=FAST)

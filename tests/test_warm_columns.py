@@ -1,0 +1,133 @@
+"""The Gram form's active set starts a column from the previous column's answer when their
+linear terms are alike (``pwl_active_set._gram_range``): a Lasso path put in one call,
+neighbouring pixels.  The answers must be those of the columns solved one at a time, and
+scikit-learn's path; unrelated columns and given starts are left as they were."""
+
+import numpy as np
+import pytest
+
+import msm_gpu as mg
+from msm_gpu.finish.faces import Faces
+from msm_gpu.solvers import pwl_active_set as pas
+
+
+def _ar1_design(rng, m=300, n=60, rho=0.6):
+    X = np.empty((m, n))
+    X[:, 0] = rng.standard_normal(m)
+    for j in range(1, n):
+        X[:, j] = rho * X[:, j - 1] + np.sqrt(1 - rho**2) * rng.standard_normal(m)
+    return X
+
+
+def _problem(rng, D, penalty, X=None):
+    X = _ar1_design(rng) if X is None else X
+    A = X.T @ X
+    R = -(X.T @ D)
+    return A, R, Faces(np, penalty, A.shape[0])
+
+
+def _one_at_a_time(A, R, faces, X0):
+    """Each column in a call of its own: no previous column to start from."""
+    out = [
+        pas.pwl_active_set(A, R[:, [k]], faces, X0[:, [k]], threads=1) for k in range(R.shape[1])
+    ]
+    X = np.hstack([o[0] for o in out])
+    status = np.concatenate([o[1] for o in out])
+    iters = np.concatenate([o[2] for o in out])
+    return X, status, iters
+
+
+def _objective(A, R, X, lam):
+    return 0.5 * np.sum(X * (A @ X), axis=0) + np.sum(R * X, axis=0) + lam * np.abs(X).sum(0)
+
+
+@pytest.mark.parametrize("penalty_kind", ["l1", "nonnegl1"])
+def test_path_columns_match_one_at_a_time_and_take_fewer_steps(rng, penalty_kind):
+    X = _ar1_design(rng)
+    y = X[:, :5] @ rng.standard_normal(5) + 0.1 * rng.standard_normal(X.shape[0])
+    lam_max = float(np.max(np.abs(X.T @ y)))
+    scale = np.geomspace(1.0, 1e-3, 40)
+    D = y[:, None] / scale[None, :]  # the path's columns rescaled to one lambda
+    penalty = mg.L1(lam_max) if penalty_kind == "l1" else mg.NonNegL1(lam_max)
+    A, R, faces = _problem(rng, D, penalty, X)
+    X0 = np.zeros_like(R)
+    warm, status, iters = pas.pwl_active_set(A, R, faces, X0, threads=1)
+    alone, status_alone, iters_alone = _one_at_a_time(A, R, faces, X0)
+    assert np.all(status == 1) and np.all(status_alone == 1)
+    f_warm, f_alone = _objective(A, R, warm, lam_max), _objective(A, R, alone, lam_max)
+    assert np.all(f_warm <= f_alone + 1e-12 * np.abs(f_alone))
+    assert np.allclose(warm, alone, rtol=1e-9, atol=1e-9 * np.abs(alone).max())
+    # the first column has no previous one; the others change a few variables each
+    assert iters[0] == iters_alone[0]
+    assert iters[1:].sum() < 0.5 * iters_alone[1:].sum()
+
+
+def test_path_in_one_call_matches_scikit_learn(rng):
+    from sklearn.linear_model import lasso_path
+
+    X = _ar1_design(rng, m=400, n=80)
+    y = X[:, :8] @ rng.standard_normal(8) + 0.1 * rng.standard_normal(400)
+    lam_max = float(np.max(np.abs(X.T @ y)))
+    lambdas = lam_max * np.geomspace(1.0, 1e-3, 50)
+    scale = lambdas / lam_max
+    ours = mg.least_squares(X, y[:, None] / scale[None, :], mg.L1(lam_max))
+    coefs = ours.x * scale
+    theirs = lasso_path(X, y, alphas=lambdas / 400, tol=1e-12, max_iter=200_000)[1]
+
+    def f(b):
+        res = X @ b - y[:, None]
+        return 0.5 * np.sum(res * res, axis=0) + lambdas * np.abs(b).sum(0)
+
+    assert ours.converged
+    assert np.all(f(coefs) <= f(theirs) + 1e-10 * f(theirs))
+    assert np.allclose(coefs, theirs, atol=1e-6 * np.abs(theirs).max())
+
+
+def test_unrelated_columns_are_solved_as_alone(rng):
+    D = rng.standard_normal((300, 12))
+    A, R, faces = _problem(rng, D, mg.L1(30.0))
+    X0 = np.zeros_like(R)
+    warm, _, iters = pas.pwl_active_set(A, R, faces, X0, threads=1)
+    alone, _, iters_alone = _one_at_a_time(A, R, faces, X0)
+    np.testing.assert_array_equal(iters, iters_alone)
+    np.testing.assert_array_equal(warm, alone)
+
+
+def test_a_given_start_is_kept(rng):
+    y = rng.standard_normal(300)
+    D = y[:, None] * np.geomspace(1.0, 3.0, 8)[None, :]  # alike columns
+    A, R, faces = _problem(rng, D, mg.L1(5.0))
+    X0 = np.zeros_like(R)
+    X0[0, :] = 0.5  # a start that is not 0: the caller's, not the previous answer
+    warm, _, iters = pas.pwl_active_set(A, R, faces, X0, threads=1)
+    alone, _, iters_alone = _one_at_a_time(A, R, faces, X0)
+    np.testing.assert_array_equal(iters, iters_alone)
+    np.testing.assert_array_equal(warm, alone)
+
+
+@pytest.mark.parametrize("penalty", [mg.Box(-0.2, 0.3), mg.L1(2.0)])
+def test_threads_split_the_columns_to_the_same_answers(rng, penalty):
+    y = rng.standard_normal(300)
+    D = y[:, None] + 0.05 * rng.standard_normal((300, 64))  # alike, not equal
+    A, R, faces = _problem(rng, D, penalty)
+    X0 = np.zeros_like(R)
+    one, s1, _ = pas.pwl_active_set(A, R, faces, X0, threads=1)
+    two, s2, _ = pas.pwl_active_set(A, R, faces, X0, threads=2)
+    alone, _, _ = _one_at_a_time(A, R, faces, X0)
+    assert np.all(s1 == 1) and np.all(s2 == 1)
+    for x in (one, two):
+        assert np.allclose(x, alone, rtol=1e-9, atol=1e-9 * max(np.abs(alone).max(), 1.0))
+
+
+@pytest.mark.parametrize(
+    ("r", "r_prev", "alike"),
+    [
+        ([1.0, 2.0], [2.0, 4.0], True),  # parallel, any length
+        ([1.0, 2.0], [-1.0, -2.0], False),  # opposite
+        ([1.0, 0.0], [1.0, 0.2], False),  # cos 0.98
+        ([1.0, 0.0], [1.0, 0.1], True),  # cos 0.995
+        ([0.0, 0.0], [0.0, 0.0], False),  # nothing to compare
+    ],
+)
+def test_alike_is_a_cosine_threshold(r, r_prev, alike):
+    assert pas._alike(np.array(r), np.array(r_prev)) is alike
