@@ -39,6 +39,28 @@ def correlated_columns(rng, m, c, rho):
     return D
 
 
+def peak_library(rng, m, n, width=8.0):
+    """n Gaussian peaks on m channels (centres, widths drawn): an ill-conditioned library."""
+    channels = np.arange(m)[:, None]
+    centres = rng.uniform(0, m, n)[None, :]
+    widths = rng.uniform(0.5, 2.0, n)[None, :] * width
+    return np.exp(-0.5 * ((channels - centres) / widths) ** 2)
+
+
+def abundances(rng, n, c, smooth, k=8):
+    """c columns of k nonzeros each; with probability ``smooth`` a column keeps the
+    previous one's support and moves its values a little (neighbouring pixels)."""
+    out = np.zeros((n, c))
+    support, values = rng.choice(n, k, replace=False), rng.uniform(size=k)
+    for j in range(c):
+        if rng.uniform() > smooth:
+            support, values = rng.choice(n, k, replace=False), rng.uniform(size=k)
+        else:
+            values = np.abs(values + 0.05 * rng.standard_normal(k))
+        out[support, j] = values
+    return out
+
+
 def cases():
     """name -> (C, D, penalty); the path: y / s_k at lambda_max, the answer times s_k."""
     import msm_gpu as mg
@@ -58,6 +80,17 @@ def cases():
             for pen in ("L1", "NonNegL1"):
                 penalty = getattr(mg, pen)(0.05 * lam_max)
                 out[f"{name} rho {rho} {pen} 0.05 lmax"] = (C, D, penalty)
+    for m, n, c in ((300, 60, 2000), (500, 200, 500), (1000, 400, 300)):
+        library = peak_library(rng, m, n)
+        for smooth in (0.0, 0.99):
+            D = library @ abundances(rng, n, c, smooth) + 0.01 * rng.standard_normal((m, c))
+            out[f"nnls peaks {m}x{n}, {c} pixels, smooth {smooth}"] = (library, D, mg.NonNeg())
+    C = np.abs(rng.standard_normal((500, 100)))  # the gate's nnls/dense: the Schur phase
+    out["nnls |gauss| 500x100, 1000 columns"] = (
+        C,
+        np.abs(rng.standard_normal((500, 1000))),
+        mg.NonNeg(),
+    )
     from sklearn.datasets import load_digits
 
     digits = load_digits().data.T[:, :1000].astype(float)
@@ -74,7 +107,7 @@ def cases():
 def time_case(C, D, penalty, repeat):
     import msm_gpu as mg
 
-    res = mg.least_squares(C, D, penalty)
+    res = mg.least_squares(C, D, penalty)  # compiled, warm
     best = np.inf
     for _ in range(repeat):
         t = time.perf_counter()

@@ -1,13 +1,15 @@
-"""The Gram form's active set starts a column from the previous column's answer when their
-linear terms are alike (``pwl_active_set._gram_range``): a Lasso path put in one call,
-neighbouring pixels.  The answers must be those of the columns solved one at a time, and
-scikit-learn's path; unrelated columns and given starts are left as they were."""
+"""Batched active sets start a column from the previous column's answer when their linear
+terms are alike (``pwl_active_set._gram_range``, and ``nnls_columns._nnls_range`` in its
+factor phase): a Lasso path put in one call, neighbouring pixels.  The answers must be
+those of the columns solved one at a time, scikit-learn's path and SciPy's NNLS;
+unrelated columns, given starts and the NNLS Schur phase are left as they were."""
 
 import numpy as np
 import pytest
 
 import msm_gpu as mg
 from msm_gpu.finish.faces import Faces
+from msm_gpu.solvers import nnls_columns
 from msm_gpu.solvers import pwl_active_set as pas
 
 
@@ -130,4 +132,58 @@ def test_threads_split_the_columns_to_the_same_answers(rng, penalty):
     ],
 )
 def test_alike_is_a_cosine_threshold(r, r_prev, alike):
-    assert pas._alike(np.array(r), np.array(r_prev)) is alike
+    assert nnls_columns.alike(np.array(r), np.array(r_prev)) is alike
+
+
+# -- NNLS (nnls_columns): only in the factor phase -------------------------------------
+
+
+def _peak_library(rng, m=200, n=50):
+    channels = np.arange(m)[:, None]
+    centres = rng.uniform(0, m, n)[None, :]
+    widths = rng.uniform(4.0, 16.0, n)[None, :]
+    return np.exp(-0.5 * ((channels - centres) / widths) ** 2)
+
+
+def _nnls_one_at_a_time(G, P):
+    out = [nnls_columns.nnls_active_set(G, P[:, [k]], threads=1) for k in range(P.shape[1])]
+    return (np.hstack([o[0] for o in out]), np.concatenate([o[1] for o in out]),
+            np.concatenate([o[2] for o in out]))  # fmt: skip
+
+
+def test_nnls_alike_pixels_match_one_at_a_time_and_scipy(rng):
+    import scipy.optimize
+
+    C = _peak_library(rng)  # numerically singular C'C: the factor phase
+    support = rng.choice(C.shape[1], 6, replace=False)
+    A = np.zeros((C.shape[1], 30))
+    A[support] = rng.uniform(0.5, 1.0, (6, 1)) + 0.02 * rng.standard_normal((6, 30))
+    D = C @ np.abs(A) + 0.01 * rng.standard_normal((C.shape[0], 30))
+    G, P = C.T @ C, C.T @ D
+    stats = {}
+    X, ok, iters = nnls_columns.nnls_active_set(G, P, threads=1, stats=stats)
+    assert not stats["cond"] < 1e8  # no Schur phase on this library
+    alone, ok_alone, iters_alone = _nnls_one_at_a_time(G, P)
+    assert ok.all() and ok_alone.all()
+
+    def f(x):
+        return 0.5 * np.sum(x * (G @ x), axis=0) - np.sum(P * x, axis=0)
+
+    assert np.all(f(X) <= f(alone) + 1e-12 * np.abs(f(alone)))
+    assert iters[0] == iters_alone[0]
+    assert iters[1:].sum() < iters_alone[1:].sum()
+    # SciPy's NNLS on C (not C'C) as the independent answer, column by column
+    for k in range(0, 30, 7):
+        ref = scipy.optimize.nnls(C, D[:, k])[0]
+        res = np.sum((C @ X[:, k] - D[:, k]) ** 2)
+        assert res <= np.sum((C @ ref - D[:, k]) ** 2) * (1 + 1e-9)
+
+
+def test_nnls_schur_phase_columns_are_solved_as_alone(rng):
+    C = np.abs(rng.standard_normal((300, 40)))  # well conditioned: the Schur phase
+    D = np.abs(rng.standard_normal((300, 1)) + 0.01 * rng.standard_normal((300, 20)))
+    G, P = C.T @ C, C.T @ D
+    X, _, iters = nnls_columns.nnls_active_set(G, P, threads=1)
+    alone, _, iters_alone = _nnls_one_at_a_time(G, P)
+    np.testing.assert_array_equal(iters, iters_alone)
+    np.testing.assert_array_equal(X, alone)

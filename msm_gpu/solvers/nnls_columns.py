@@ -63,6 +63,14 @@ LAPACK_MIN_N = 128
 #: time (Lawson & Hanson's rule, which cannot cycle).
 ZERO_STEPS = 3
 
+#: A column whose start is 0 starts from the previous column's answer (same thread) where
+#: their linear terms make an angle whose cosine is at least this (:func:`alike`): below
+#: it, on correlated right-hand sides, the previous face costs more to undo than a face
+#: built from 0 (docs/benchmarks/shapes.md, "Warm starts between columns").  Here only in
+#: the factor phase: the Schur phase solves a face from 0 in one step, and a start with
+#: variables at 0 costs it more.
+WARM_COS = 0.99
+
 
 @njit(nogil=True, fastmath=FAST)
 def _factor_rows(G, order, start, stop, L):
@@ -422,9 +430,30 @@ def _factor_phase(G, L_all, p, x, free, tol, g_max, p_max, it, max_iter, L, orde
 
 
 @njit(nogil=True, fastmath=FAST)
+def alike(p, p_prev):
+    """True when the angle between two columns' linear terms is below acos(WARM_COS): a
+    Lasso path put in one call (parallel columns), neighbouring pixels or frames."""
+    dot = 0.0
+    pp = 0.0
+    qq = 0.0
+    for i in range(p.shape[0]):
+        dot += p[i] * p_prev[i]
+        pp += p[i] * p[i]
+        qq += p_prev[i] * p_prev[i]
+    return pp > 0.0 and qq > 0.0 and dot >= WARM_COS * math.sqrt(pp * qq)
+
+
+@njit(nogil=True, fastmath=FAST)
 def _nnls_range(G, L_all, H, refine, max_k, P, X, tol, max_iter, c0, c1, ok, iters):
-    """Columns c0..c1-1 of X (in: a start, clipped at 0; out: the solution)."""
+    """Columns c0..c1-1 of X (in: a start, clipped at 0; out: the solution).
+
+    Without the Schur phase, a column whose start is 0 and whose p is :func:`alike` the
+    previous column's starts from that column's answer: its face is near this one's."""
     n = G.shape[0]
+    schur = H.shape[0] == n
+    x_prev = np.empty(n)
+    p_prev = np.empty(n)
+    have_prev = False
     g_max = 0.0
     for i in range(n):
         for j in range(n):
@@ -443,14 +472,20 @@ def _nnls_range(G, L_all, H, refine, max_k, P, X, tol, max_iter, c0, c1, ok, ite
     res = np.empty(n)
     for col in range(c0, c1):
         p_max = 0.0
+        zero_start = True
         for i in range(n):
             p[i] = P[i, col]
             p_max = max(p_max, abs(p[i]))
             x[i] = max(X[i, col], 0.0)
+            zero_start &= x[i] == 0.0
+        if have_prev and zero_start and not schur and alike(p, p_prev):
+            x[:] = x_prev
+        p_prev[:] = p
+        for i in range(n):
             free[i] = x[i] > 0.0
         it = 0
         done = False
-        if H.shape[0] == n:
+        if schur:
             done, it = _schur_phase(
                 G, H, refine, p, x, free, tol, g_max, p_max, max_iter, max_k, u, z, bidx, L, t, res
             )
@@ -462,6 +497,9 @@ def _nnls_range(G, L_all, H, refine, max_k, P, X, tol, max_iter, c0, c1, ok, ite
             X[i, col] = x[i]
         ok[col] = done
         iters[col] = it
+        have_prev = done
+        if done:
+            x_prev[:] = x
 
 
 def _full_factor(G):

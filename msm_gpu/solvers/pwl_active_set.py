@@ -46,7 +46,7 @@ from numba.extending import overload
 from ..backends.cpu.blas import gemm_rm_at
 from ..backends.cpu.jit import njit
 from ..backends.cpu.threads import column_ranges, run_ranges, sweep_threads, thread_cap
-from .nnls_columns import FAST, ZERO_STEPS, _delete_row
+from .nnls_columns import FAST, ZERO_STEPS, _delete_row, alike
 
 #: A variable joins F only if its pivot exceeds JOIN_TOL A_jj: rounding makes the pivot of
 #: a dependent column ~ n eps A_jj, and a factor with pivots down to JOIN_TOL keeps cond(A_FF)
@@ -69,12 +69,6 @@ REFINEMENTS = 2
 #: Rows of the design form's factor beyond twice the start's free variables (see
 #: :func:`active_set_on_source`).
 FACTOR_SLACK = 512
-
-#: The Gram form's columns start from the previous column's answer (same thread, a start
-#: of 0) where their linear terms r make an angle whose cosine is at least this: below
-#: it, on correlated right-hand sides, the previous face costs more to undo than a face
-#: built from 0 (docs/benchmarks/shapes.md, "Warm starts between columns").
-WARM_COS = 0.99
 
 #: Table columns handed to the kernel, in this order (see :class:`msm_gpu.finish.faces.Faces`).
 TABLES = ("lo", "hi", "value", "sigma", "left", "right")
@@ -746,9 +740,10 @@ def _gram_range(A, R, tab, X, Q, tol, max_iter, c0, c1, status, iters):
     """Columns c0..c1-1 of X, Gram form (in: a feasible start, Q its states).
 
     A column whose start is 0 and whose r is alike the previous column's
-    (:func:`_alike`: a Lasso path put in one call, neighbouring pixels or frames) starts
-    from that column's answer instead: its face is near the answer's, so the active set
-    changes a few variables rather than building the face from nothing."""
+    (:func:`msm_gpu.solvers.nnls_columns.alike`: a Lasso path put in one call,
+    neighbouring pixels or frames) starts from that column's answer instead: its face is
+    near the answer's, so the active set changes a few variables rather than building
+    the face from nothing."""
     n = A.shape[0]
     src = (A,)
     ws = _workspace(n, n, 0)
@@ -771,7 +766,7 @@ def _gram_range(A, R, tab, X, Q, tol, max_iter, c0, c1, status, iters):
             x[i] = X[i, col]
             q[i] = Q[i, col]
             zero_start &= x[i] == 0.0
-        if have_prev and zero_start and _alike(r, r_prev):
+        if have_prev and zero_start and alike(r, r_prev):
             x[:] = x_prev
             q[:] = q_prev
         r_prev[:] = r
@@ -785,19 +780,6 @@ def _gram_range(A, R, tab, X, Q, tol, max_iter, c0, c1, status, iters):
         if have_prev:
             x_prev[:] = x
             q_prev[:] = q
-
-
-@njit(nogil=True, fastmath=FAST)
-def _alike(r, r_prev):
-    """True when the angle between two columns' linear terms is below acos(WARM_COS)."""
-    dot = 0.0
-    rr = 0.0
-    pp = 0.0
-    for i in range(r.shape[0]):
-        dot += r[i] * r_prev[i]
-        rr += r[i] * r[i]
-        pp += r_prev[i] * r_prev[i]
-    return rr > 0.0 and pp > 0.0 and dot >= WARM_COS * math.sqrt(rr * pp)
 
 
 @njit(nogil=True, fastmath=FAST)
