@@ -187,3 +187,56 @@ def test_nnls_schur_phase_columns_are_solved_as_alone(rng):
     alone, _, iters_alone = _nnls_one_at_a_time(G, P)
     np.testing.assert_array_equal(iters, iters_alone)
     np.testing.assert_array_equal(X, alone)
+
+
+def test_an_unfinished_warm_column_is_solved_from_its_own_start():
+    # two face solves per column: a column that starts from the previous (finished)
+    # answer and stops unfinished is solved again from 0, so that F never ends above F(0)
+    rng = np.random.default_rng(0)
+    X = _ar1_design(rng)
+    y = X[:, :5] @ rng.standard_normal(5) + 0.1 * rng.standard_normal(X.shape[0])
+    lam_max = float(np.max(np.abs(X.T @ y)))
+    D = y[:, None] / np.geomspace(1.0, 1e-3, 20)[None, :]  # parallel columns: all alike
+    A, R, faces = _problem(rng, D, mg.L1(lam_max), X)
+    X0 = np.zeros_like(R)
+    warm, status, _ = pas.pwl_active_set(A, R, faces, X0, max_iter=2, threads=1)
+    alone, _ = _one_at_a_time_limited(A, R, faces, X0, 2)
+    unfinished = status != 1
+    warm_then_unfinished = unfinished[1:] & (status[:-1] == 1)
+    assert warm_then_unfinished.any()
+    np.testing.assert_array_equal(warm[:, unfinished], alone[:, unfinished])
+    assert np.all(_objective(A, R, warm, lam_max) <= 0.0)  # F(0) = 0 in these terms
+
+
+def _one_at_a_time_limited(A, R, faces, X0, max_iter):
+    out = [
+        pas.pwl_active_set(A, R[:, [k]], faces, X0[:, [k]], max_iter=max_iter, threads=1)
+        for k in range(R.shape[1])
+    ]
+    return np.hstack([o[0] for o in out]), np.concatenate([o[1] for o in out])
+
+
+def test_nnls_unfinished_warm_column_is_solved_from_zero():
+    # an ill-conditioned library (no Schur phase); column 0's answer is all positive (two
+    # steps from 0), column 1's has four zeros: alike (cosine > 0.99), and from column 0's
+    # answer it needs five steps, from 0 three.  With three allowed, the warm start stops
+    # unfinished and the column is solved again from 0.
+    m, n = 200, 30
+    channels = np.arange(m)[:, None]
+    C = np.exp(-0.5 * ((channels - np.linspace(10, 190, n)[None, :]) / 12.0) ** 2)
+    off = [3, 11, 20, 27]
+    a1 = np.ones(n)
+    a1[off] = 0.0
+    D = np.column_stack([C @ np.ones(n), C @ a1 - 0.05 * C[:, off].sum(axis=1)])
+    G, P = C.T @ C, C.T @ D
+    stats = {}
+    nnls_columns.nnls_active_set(G, P, stats=stats)
+    assert stats["cond"] > 1e8  # the factor phase
+    assert nnls_columns.alike(P[:, 1].copy(), P[:, 0].copy())
+    full, ok_full, iters_full = nnls_columns.nnls_active_set(G, P, threads=1)
+    assert ok_full.all() and iters_full[1] > 3  # the warm start's own way is longer
+    for max_iter in (2, 3):
+        X, ok, _ = nnls_columns.nnls_active_set(G, P, max_iter=max_iter, threads=1)
+        alone = nnls_columns.nnls_active_set(G, P[:, [1]], max_iter=max_iter, threads=1)
+        assert ok[1] == alone[1][0]
+        np.testing.assert_array_equal(X[:, 1], alone[0][:, 0])

@@ -478,7 +478,8 @@ def _nnls_range(G, L_all, H, refine, max_k, P, X, tol, max_iter, c0, c1, ok, ite
             p_max = max(p_max, abs(p[i]))
             x[i] = max(X[i, col], 0.0)
             zero_start &= x[i] == 0.0
-        if have_prev and zero_start and not schur and alike(p, p_prev):
+        warm = have_prev and zero_start and not schur and alike(p, p_prev)
+        if warm:
             x[:] = x_prev
         p_prev[:] = p
         for i in range(n):
@@ -492,6 +493,14 @@ def _nnls_range(G, L_all, H, refine, max_k, P, X, tol, max_iter, c0, c1, ok, ite
         if not done:
             done, it = _factor_phase(
                 G, L_all, p, x, free, tol, g_max, p_max, it, max_iter, L, order, z, v, gone
+            )
+        if warm and not done:
+            # unfinished from the previous answer: from the column's own start (0) instead
+            for i in range(n):
+                x[i] = 0.0
+                free[i] = False
+            done, it = _factor_phase(
+                G, L_all, p, x, free, tol, g_max, p_max, 0, max_iter, L, order, z, v, gone
             )
         for i in range(n):
             X[i, col] = x[i]
@@ -623,6 +632,9 @@ def nnls_active_set(G, P, X0=None, *, tol=1e-12, max_iter=None, threads=None, st
     P : (n, c) array_like
     X0 : (n, c) array_like, optional
         Start (clipped at 0; its positive entries are the first free sets).  Default 0.
+        Without the Schur phase, a column whose start is 0 and whose p is alike the
+        previous column's (same thread) is started from that column's answer, and again
+        from 0 if it does not finish from there.
     tol : float
         A variable at 0 whose negative gradient ``(P - G X)_j`` is at most
         ``tol (max|G| max|x| + max|p|)`` (the rounding of the gradient, for the default)

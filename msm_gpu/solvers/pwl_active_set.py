@@ -766,11 +766,19 @@ def _gram_range(A, R, tab, X, Q, tol, max_iter, c0, c1, status, iters):
             x[i] = X[i, col]
             q[i] = Q[i, col]
             zero_start &= x[i] == 0.0
-        if have_prev and zero_start and alike(r, r_prev):
+        warm = have_prev and zero_start and alike(r, r_prev)
+        if warm:
             x[:] = x_prev
             q[:] = q_prev
         r_prev[:] = r
         st, it = _column(src, r, res, tab, x, q, tol, scale, r_max + s_max, max_iter, ws, False)
+        if warm and st != 1:
+            # unfinished from the previous answer, whose F may be above the start's: the
+            # column from its own start, so that F never ends above it
+            for i in range(n):
+                x[i] = X[i, col]
+                q[i] = Q[i, col]
+            st, it = _column(src, r, res, tab, x, q, tol, scale, r_max + s_max, max_iter, ws, False)
         for i in range(n):
             X[i, col] = x[i]
             Q[i, col] = q[i]
@@ -885,7 +893,10 @@ def pwl_active_set(A, R, faces, X0, *, tol=1e-12, max_iter=None, threads=None):
     faces : msm_gpu.finish.faces.Faces
         The penalty's face tables, built on NumPy.
     X0 : (n, c) array_like
-        Start; projected into the bounds (the states follow from the values).
+        Start; projected into the bounds (the states follow from the values).  A column
+        whose start is 0 and whose r is alike the previous column's (in the same thread's
+        range of columns) is started from that column's answer, and again from 0 if it
+        does not finish from there.
     tol : float
         A held variable counts as optimal while its one-sided derivatives are within
         ``tol (max A_jj max|x| + max|r| + max|slope|)`` of the KKT conditions.
