@@ -9,6 +9,7 @@ import scipy.optimize
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import msm_gpu as mg
 from msm_gpu.solvers import nnls_columns
 from msm_gpu.solvers.nnls_columns import nnls_active_set
 
@@ -249,3 +250,62 @@ def test_full_factor_and_inverse_from_numba_and_lapack(rng, n):
     assert cond == pytest.approx(np.linalg.cond(g, 1), rel=1e-8)
     singular = np.hstack([c[:, :-1], c[:, :1]])
     assert nnls_columns._full_factor(singular.T @ singular).shape == (0, 0)
+
+
+@pytest.mark.parametrize("c", [1, 3, 7, 8, 12])
+@pytest.mark.parametrize("data", ["normal", "peaks"])
+def test_few_columns_skip_the_schur_phase_with_the_same_answers(rng, monkeypatch, c, data):
+    # below SCHUR_MIN_COLUMNS the factor phase alone (no G^{-1}); the same answers
+    n = 30 if data == "normal" else 60
+    cm = rng.normal(size=(80, n)) if data == "normal" else gaussian_peaks(300, n)
+    d = cm @ (np.abs(rng.normal(size=(n, c))) * (rng.uniform(size=(n, c)) < 0.5))
+    d += 0.01 * rng.normal(size=d.shape)
+    g, p = cm.T @ cm, cm.T @ d
+    seen = []
+    real = nnls_columns._inverse_and_condition
+    monkeypatch.setattr(
+        nnls_columns, "_inverse_and_condition", lambda *a: seen.append(1) or real(*a)
+    )
+    x, ok, _ = nnls_active_set(g, p)
+    assert bool(seen) == (c >= nnls_columns.SCHUR_MIN_COLUMNS)
+    ref = scipy_columns(cm, d)
+    assert ok.all()
+    np.testing.assert_allclose(x, ref, atol=1e-9 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("kind", ["normal", "scaled", "peaks"])
+def test_the_condition_estimate_of_few_columns_bounds_the_exact_one(rng, kind):
+    # LAPACK's estimate times CONDITION_MARGIN: at least the exact ||G||_1 ||G^-1||_1
+    # (so that the polish above a condition is taken no later), at most the margin above
+    n = 40
+    c = {
+        "normal": lambda: rng.normal(size=(120, n)),
+        "scaled": lambda: rng.normal(size=(120, n)) * np.logspace(0, 5, n),
+        "peaks": lambda: gaussian_peaks(300, n),
+    }[kind]()
+    g = c.T @ c
+    exact = nnls_columns._inverse_and_condition(g, nnls_columns._full_factor(g))[1]
+    stats = {}
+    nnls_active_set(g, c.T @ np.abs(rng.normal(size=(c.shape[0], 1))), stats=stats)
+    assert exact <= stats["cond"] <= nnls_columns.CONDITION_MARGIN * exact * (1 + 1e-12)
+    singular = np.ones((5, 5))  # not positive definite: no factor, infinite condition
+    stats = {}
+    nnls_active_set(singular, np.ones((5, 1)), stats=stats)
+    assert stats["cond"] == np.inf
+
+
+def test_one_ill_conditioned_column_is_still_polished():
+    # one column (no G^{-1} formed): the condition estimate still sends it to the polish
+    # (40 peaks of width 0.05: G passes the factor's pivot test, cond(G) ~ 1.8e16)
+    t = np.linspace(0, 1, 300)[:, None]
+    c = np.exp(-0.5 * ((t - np.linspace(0.02, 0.98, 40)) / 0.05) ** 2)
+    g = c.T @ c
+    assert nnls_columns._full_factor(g).shape[0] == 40
+    rng = np.random.default_rng(3)
+    d = c @ (np.abs(rng.normal(size=40)) * (rng.uniform(size=40) < 0.3))
+    d += 1e-3 * rng.normal(size=300)
+    res = mg.nnls(c, d)
+    assert res.info["finish_polished"]
+    ref = scipy.optimize.nnls(c, d)[0]
+    f, f_ref = 0.5 * np.sum((c @ res.x - d) ** 2), 0.5 * np.sum((c @ ref - d) ** 2)
+    assert f <= f_ref * (1 + 1e-12)

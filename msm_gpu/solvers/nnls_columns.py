@@ -19,7 +19,8 @@ Every step is monotone in F (Lawson & Hanson 1974, ch. 23), except the restart f
 when the start's free set is singular.  Step 1 is solved two ways:
 
 - Schur phase (:func:`_schur_phase`), while few variables B are at 0 and G is well
-  conditioned: z_F = u_F - H_FB H_BB^{-1} u_B with H = G^{-1} and u = H p, O(|B|^3 + n|B|);
+  conditioned: z_F = u_F - H_FB H_BB^{-1} u_B with H = G^{-1} and u = H p, O(|B|^3 + n|B|)
+  (for a call of at least SCHUR_MIN_COLUMNS columns: G^{-1} costs n^3 once);
 - factor phase (:func:`_factor_phase`): the Cholesky factor of G_FF, kept between
   iterations (variables are held in the order they joined F, so joins append rows, one
   variable out is a rank-one update (:func:`_delete_row`), several out refactor from the
@@ -53,6 +54,13 @@ SCHUR_MAX_FRACTION = 0.34
 SCHUR_MAX_COND = 1e8
 #: Below this condition number the refinement would change x by less than 1e-12 relative.
 REFINE_COND = 1e4
+#: Calls with fewer columns than this skip the Schur phase: forming G^{-1} (n^3 flops)
+#: costs more than the Schur phase saves them (docs/benchmarks/shapes.md, "One column").
+SCHUR_MIN_COLUMNS = 8
+#: LAPACK's condition estimate (dpocon) is a lower bound, in practice within a factor of
+#: 3 of the exact ||G||_1 ||G^{-1}||_1; times this it is an upper bound in practice, so
+#: that a caller that takes a more careful road above some condition takes it no later.
+CONDITION_MARGIN = 3.0
 
 #: Relative size (to G_jj) below which a Cholesky pivot counts as zero.
 PIVOT_TOL = 1e-13
@@ -577,6 +585,22 @@ def _inverse_and_condition(G, L_all):
     return h, cond if np.isfinite(cond) else np.inf
 
 
+def _condition_estimate(G, L_all):
+    """CONDITION_MARGIN times LAPACK's estimate of ||G||_1 ||G^{-1}||_1 (dpocon, from G's
+    Cholesky factor ``L_all``: O(n^2) against the inverse's n^3); inf where G is not
+    numerically positive definite (``L_all`` empty)."""
+    n = G.shape[0]
+    if n == 0 or L_all.shape[0] != n:
+        return np.inf
+    import scipy.linalg
+
+    # L row-major is the upper factor L' in Fortran order (no copy), as in the inverse
+    rcond, info = scipy.linalg.lapack.dpocon(L_all.T, float(np.abs(G).sum(axis=0).max()))
+    if info != 0 or not rcond > 0.0:
+        return np.inf
+    return CONDITION_MARGIN / float(rcond)
+
+
 @njit(nogil=True)
 def _mirror_lower(h):
     """h's strictly upper triangle from its lower one, in place (h row-major)."""
@@ -645,7 +669,9 @@ def nnls_active_set(G, P, X0=None, *, tol=1e-12, max_iter=None, threads=None, st
         Most threads (default: from the work and the CPUs available).
     stats : dict, optional
         Filled with ``"cond"``: ||G||_1 ||G^{-1}||_1 (inf where G is not numerically
-        positive definite), which the caller may use to judge the face solves' accuracy.
+        positive definite), which the caller may use to judge the face solves' accuracy;
+        with fewer than :data:`SCHUR_MIN_COLUMNS` columns, an estimate of it that is an
+        upper bound in practice (:func:`_condition_estimate`).
 
     Returns
     -------
@@ -669,8 +695,12 @@ def nnls_active_set(G, P, X0=None, *, tol=1e-12, max_iter=None, threads=None, st
     if c == 0:
         return X, ok, iters
     L_all = _full_factor(G)
-    h, cond = _inverse_and_condition(G, L_all)
-    H, refine, max_k = _schur_settings(n, h, cond)
+    if c >= SCHUR_MIN_COLUMNS:
+        h, cond = _inverse_and_condition(G, L_all)
+        H, refine, max_k = _schur_settings(n, h, cond)
+    else:  # few columns: the factor phase alone, G's condition estimated from its factor
+        cond = _condition_estimate(G, L_all)
+        H, refine, max_k = np.zeros((0, 0)), False, 0
     if stats is not None:
         stats["cond"] = cond
     # a few face solves of (n/2)^3/6 flops per column: the work that decides the threads
