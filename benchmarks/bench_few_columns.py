@@ -2,7 +2,8 @@
 
 The commonest call, ``mg.nnls(C, d)``, solves one column; below
 ``nnls_columns.SCHUR_MIN_COLUMNS`` columns the active set skips G^{-1} (n^3 flops), which
-only the Schur phase of a batch repays.  Each case: ``mg.nnls`` at default options and a
+only the Schur phase of a batch repays, and a tall dense C takes the Gram form however
+few its columns (``design_form.GRAM_TALL_ROWS``).  Each case: ``mg.nnls`` at default options and a
 loop of ``scipy.optimize.nnls`` over the columns, best of ``--repeat`` calls each, in turn,
 one process; the answers' objectives side by side.  Run it in two trees in turn
 (``PYTHONPATH=<tree>``) to compare versions.
@@ -35,6 +36,12 @@ def cases():
         C = np.abs(rng.standard_normal((m, n)))
         for r in (1, 4):
             out[f"|gauss| {m}x{n}, {r} column(s)"] = (C, np.abs(rng.standard_normal((m, r))))
+    for m, n in ((100_000, 50), (20_000, 200), (5000, 100), (3000, 300)):  # tall: regression
+        C = rng.standard_normal((m, n))
+        x = rng.standard_normal((n, 3)) * (rng.uniform(size=(n, 3)) < 0.3)
+        D = C @ x + rng.standard_normal((m, 3))
+        out[f"gauss {m}x{n} (tall), 1 column"] = (C, D[:, :1])
+        out[f"gauss {m}x{n} (tall), 3 columns"] = (C, D)
     C = rng.standard_normal((300, 100))  # signed: most of the answer at 0
     out["gauss 300x100 signed, 1 column"] = (C, rng.standard_normal((300, 1)))
     for width in (0.01, 0.03):  # well and ill conditioned peak libraries
@@ -57,7 +64,7 @@ def best(call, repeat):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=10)
     args = parser.parse_args(argv)
     import scipy.optimize
     from _common import settle_allocator

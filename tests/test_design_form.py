@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.optimize
 import scipy.sparse
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,7 +14,12 @@ from test_rank_deficient import PENALTIES, _f, _problem, _reference
 
 import msm_gpu as mg
 from msm_gpu._input.scaling import row_scaled_penalty
-from msm_gpu.finish.design_form import DESIGN_PASSES, SPARSE_GRAM_MAX_N, choose_representation
+from msm_gpu.finish.design_form import (
+    DESIGN_PASSES,
+    GRAM_TALL_ROWS,
+    SPARSE_GRAM_MAX_N,
+    choose_representation,
+)
 from msm_gpu.finish.faces import Faces
 from msm_gpu.solvers.pwl_active_set import pwl_active_set, pwl_active_set_design
 
@@ -79,9 +85,16 @@ def test_the_choice_rule():
     ok = None  # the design form applies
     assert choose_representation("auto", (100, 1000), False, 50, ok) == "design"  # wide
     assert choose_representation("auto", (500, 100), False, 1000, ok) == "gram"  # tall, many r
-    assert choose_representation("auto", (5000, 100), False, 1, ok) == "design"  # one r
+    assert choose_representation("auto", (700, 100), False, 1, ok) == "design"  # one r
     few = 100 // DESIGN_PASSES
-    assert choose_representation("auto", (5000, 100), False, few + 1, ok) == "gram"
+    assert choose_representation("auto", (700, 100), False, few + 1, ok) == "gram"
+    # a dense C at least GRAM_TALL_ROWS times taller than wide: the Gram form for any r,
+    # a sparse one by the passes' count
+    tall = GRAM_TALL_ROWS * 100
+    assert choose_representation("auto", (tall, 100), False, 1, ok) == "gram"
+    assert choose_representation("auto", (tall - 1, 100), False, 1, ok) == "design"
+    assert choose_representation("auto", (tall, 100), True, 1, ok) == "design"
+    assert choose_representation("design", (tall, 100), False, 1, ok) == "design"
     sparse_n = SPARSE_GRAM_MAX_N + 1
     assert choose_representation("auto", (10 * sparse_n, sparse_n), True, 10**4, ok) == "design"
     assert choose_representation("auto", (100, 1000), False, 1, "no") == "gram"
@@ -90,6 +103,21 @@ def test_the_choice_rule():
         choose_representation("design", (10, 5), False, 1, "no")
     with pytest.raises(ValueError, match="representation must be one of"):
         choose_representation("dual", (10, 5), False, 1, ok)
+
+
+@pytest.mark.parametrize("penalty", [mg.NonNeg(), mg.Box(-0.3, 0.3)])
+def test_a_tall_dense_design_with_one_column_takes_the_gram_form(rng, penalty):
+    c = rng.normal(size=(GRAM_TALL_ROWS * 150, 150))
+    d = c @ (rng.normal(size=150) * (rng.uniform(size=150) < 0.3)) + rng.normal(size=c.shape[0])
+    auto = mg.least_squares(c, d, penalty)
+    design = mg.least_squares(c, d, penalty, representation="design")
+    assert auto.info["representation"] == "gram"
+    assert design.info["representation"] == "design"
+    assert auto.converged and design.converged
+    assert auto.fun <= design.fun * (1 + 1e-12)
+    if isinstance(penalty, mg.NonNeg):  # SciPy's NNLS (QR on C) as the independent answer
+        ref = scipy.optimize.nnls(c, d)[0]
+        assert auto.fun <= 0.5 * np.sum((c @ ref - d) ** 2) * (1 + 1e-12)
 
 
 @pytest.mark.parametrize(

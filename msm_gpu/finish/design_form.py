@@ -62,6 +62,13 @@ GRAM_AFTER = 16
 GRAM_FACTOR_SHARE = 4
 GRAM_FACTOR_MIN_GROWTH = 256
 
+#: A dense C with at least this many times as many rows as columns takes the Gram form
+#: under "auto", however few its right-hand sides: C'C is m/n times smaller than C, one
+#: BLAS product forms it, and the design form's passes over C and its factor from column
+#: products cost 1.1-7x more (NNLS, Box, l1 from 2000 x 200 to 100000 x 50, one to three
+#: columns: docs/benchmarks/shapes.md, "Tall designs with few right-hand sides").
+GRAM_TALL_ROWS = 8
+
 #: A dense C with at least GRAM_PROBE_ROWS times as many rows as columns, an l1 penalty,
 #: a cold start and the Gram form allowed ("auto"): where GRAM_PROBE_SHARE of the
 #: variables violate the optimality conditions at 0 and one plain sweep leaves that
@@ -128,9 +135,10 @@ def choose_representation(requested, shape, sparse, n_rhs, why_not, exact=True):
     matrix costs more than it saves: a wide C (n > m: A has rank <= m, and the n x n
     matrix alone is larger than C), a sparse C with many columns, or, on the ``exact``
     road, so few right-hand sides that the design form's passes over C (``DESIGN_PASSES``
-    a column) cost less than forming C'C (m n^2).  Plain MSM sweeps until ``tol`` (often
-    hundreds of passes), and a sweep over a tall C costs m / n times one over its Gram
-    matrix: there only the shape and the sparsity choose.
+    a column) cost less than forming C'C (m n^2), unless C is dense and tall
+    (``GRAM_TALL_ROWS``).  Plain MSM sweeps until ``tol`` (often hundreds of passes), and
+    a sweep over a tall C costs m / n times one over its Gram matrix: there only the
+    shape and the sparsity choose.
     """
     requested = check_representation(requested)
     if requested == "design":
@@ -140,9 +148,10 @@ def choose_representation(requested, shape, sparse, n_rhs, why_not, exact=True):
     if requested == "gram" or why_not is not None:
         return "gram"
     m, n = shape
-    if n > m or (sparse and n > SPARSE_GRAM_MAX_N) or (exact and n_rhs * DESIGN_PASSES < n):
+    if n > m or (sparse and n > SPARSE_GRAM_MAX_N):
         return "design"
-    return "gram"
+    tall = not sparse and m >= GRAM_TALL_ROWS * n
+    return "design" if exact and n_rhs * DESIGN_PASSES < n and not tall else "gram"
 
 
 def solve_design(problem, options, started, gram_fallback, *, gram_from=None):
