@@ -17,6 +17,7 @@ from msm_gpu._input.scaling import row_scaled_penalty
 from msm_gpu.finish.design_form import (
     DESIGN_PASSES,
     GRAM_TALL_ROWS,
+    GRAM_TALL_ROWS_BATCH,
     SPARSE_GRAM_MAX_N,
     choose_representation,
 )
@@ -95,6 +96,10 @@ def test_the_choice_rule():
     assert choose_representation("auto", (tall - 1, 100), False, 1, ok) == "design"
     assert choose_representation("auto", (tall, 100), True, 1, ok) == "design"
     assert choose_representation("design", (tall, 100), False, 1, ok) == "design"
+    batch = GRAM_TALL_ROWS_BATCH * 100  # two right-hand sides or more: from this ratio
+    assert choose_representation("auto", (batch, 100), False, 2, ok) == "gram"
+    assert choose_representation("auto", (batch - 1, 100), False, 2, ok) == "design"
+    assert choose_representation("auto", (batch, 100), False, 1, ok) == "design"
     sparse_n = SPARSE_GRAM_MAX_N + 1
     assert choose_representation("auto", (10 * sparse_n, sparse_n), True, 10**4, ok) == "design"
     assert choose_representation("auto", (100, 1000), False, 1, "no") == "gram"

@@ -68,6 +68,10 @@ GRAM_FACTOR_MIN_GROWTH = 256
 #: products cost 1.1-7x more (NNLS, Box, l1 from 2000 x 200 to 100000 x 50, one to three
 #: columns: docs/benchmarks/shapes.md, "Tall designs with few right-hand sides").
 GRAM_TALL_ROWS = 8
+#: ... and from this ratio with two right-hand sides or more (with one, at m = 4 n, the
+#: two forms trade places from one draw to the next; with two or more the design form
+#: took 0.97-5.9x the Gram form's time on every shape measured).
+GRAM_TALL_ROWS_BATCH = 4
 
 #: A dense C with at least GRAM_PROBE_ROWS times as many rows as columns, an l1 penalty,
 #: a cold start and the Gram form allowed ("auto"): where GRAM_PROBE_SHARE of the
@@ -136,9 +140,9 @@ def choose_representation(requested, shape, sparse, n_rhs, why_not, exact=True):
     matrix alone is larger than C), a sparse C with many columns, or, on the ``exact``
     road, so few right-hand sides that the design form's passes over C (``DESIGN_PASSES``
     a column) cost less than forming C'C (m n^2), unless C is dense and tall
-    (``GRAM_TALL_ROWS``).  Plain MSM sweeps until ``tol`` (often hundreds of passes), and
-    a sweep over a tall C costs m / n times one over its Gram matrix: there only the
-    shape and the sparsity choose.
+    (``GRAM_TALL_ROWS``, ``GRAM_TALL_ROWS_BATCH``).  Plain MSM sweeps until ``tol``
+    (often hundreds of passes), and a sweep over a tall C costs m / n times one over its
+    Gram matrix: there only the shape and the sparsity choose.
     """
     requested = check_representation(requested)
     if requested == "design":
@@ -150,7 +154,7 @@ def choose_representation(requested, shape, sparse, n_rhs, why_not, exact=True):
     m, n = shape
     if n > m or (sparse and n > SPARSE_GRAM_MAX_N):
         return "design"
-    tall = not sparse and m >= GRAM_TALL_ROWS * n
+    tall = not sparse and m >= (GRAM_TALL_ROWS if n_rhs == 1 else GRAM_TALL_ROWS_BATCH) * n
     return "design" if exact and n_rhs * DESIGN_PASSES < n and not tall else "gram"
 
 
