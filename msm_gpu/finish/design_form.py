@@ -65,12 +65,11 @@ GRAM_FACTOR_MIN_GROWTH = 256
 #: A dense C with at least this many times as many rows as columns takes the Gram form
 #: under "auto", however few its right-hand sides: C'C is m/n times smaller than C, one
 #: BLAS product forms it, and the design form's passes over C and its factor from column
-#: products cost 1.1-7x more (NNLS, Box, l1 from 2000 x 200 to 100000 x 50, one to three
-#: columns: docs/benchmarks/shapes.md, "Tall designs with few right-hand sides").
+#: products cost more (docs/benchmarks/shapes.md, "Tall designs with few right-hand
+#: sides").
 GRAM_TALL_ROWS = 8
-#: ... and from this ratio with two right-hand sides or more (with one, at m = 4 n, the
-#: two forms trade places from one draw to the next; with two or more the design form
-#: took 0.97-5.9x the Gram form's time on every shape measured).
+#: ... and from this ratio with two right-hand sides or more (with one, nearer square,
+#: the two forms trade places from one draw to the next).
 GRAM_TALL_ROWS_BATCH = 4
 
 #: A dense C with at least GRAM_PROBE_ROWS times as many rows as columns, an l1 penalty,
