@@ -5,8 +5,8 @@ The commonest call, ``mg.nnls(C, d)``, solves one column; below
 only the Schur phase of a batch repays, and a tall dense C takes the Gram form however
 few its columns (``design_form.GRAM_TALL_ROWS``).  Each case: ``mg.nnls`` at default options and a
 loop of ``scipy.optimize.nnls`` over the columns, best of ``--repeat`` calls each, in turn,
-one process; the answers' objectives side by side.  Run it in two trees in turn
-(``PYTHONPATH=<tree>``) to compare versions.
+one process (``regress.interleaved_best``); the answers' objectives side by side.  Run
+it in two trees in turn (``PYTHONPATH=<tree>``) to compare versions.
 
     python benchmarks/bench_few_columns.py
 """
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -53,21 +52,13 @@ def cases():
     return out
 
 
-def best(call, repeat):
-    value, seconds = None, np.inf
-    for _ in range(repeat):
-        t = time.perf_counter()
-        value = call()
-        seconds = min(seconds, time.perf_counter() - t)
-    return value, seconds
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=10)
     args = parser.parse_args(argv)
     import scipy.optimize
     from _common import settle_allocator
+    from regress import interleaved_best
 
     import msm_gpu as mg
 
@@ -82,8 +73,7 @@ def main(argv=None):
         def scipy_loop(C=C, D=D):
             return np.column_stack([scipy.optimize.nnls(C, D[:, k])[0] for k in range(D.shape[1])])
 
-        x, t_ours = best(ours, args.repeat)
-        ref, t_scipy = best(scipy_loop, args.repeat)
+        (t_ours, t_scipy), (x, ref) = interleaved_best([ours, scipy_loop], k=args.repeat)
 
         def f(z, C=C, D=D):
             return float(np.sum(0.5 * np.sum((C @ z - D) ** 2, axis=0)))

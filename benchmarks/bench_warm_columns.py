@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 
 import numpy as np
 
@@ -105,16 +104,14 @@ def cases():
 
 
 def time_case(C, D, penalty, repeat):
+    from _common import best_of
+
     import msm_gpu as mg
 
     res = mg.least_squares(C, D, penalty)  # compiled, warm
-    best = np.inf
-    for _ in range(repeat):
-        t = time.perf_counter()
-        mg.least_squares(C, D, penalty)
-        best = min(best, time.perf_counter() - t)
+    run = best_of(lambda: mg.least_squares(C, D, penalty), k=repeat, memory=False)
     kkt = float(np.max(res.info["kkt_residual"]))
-    return best, kkt, bool(res.converged)
+    return run["seconds"], kkt, bool(res.converged)
 
 
 def main(argv=None):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from general_road_calls import COMMON, general_road_call
-from sklearn.linear_model import Lasso
+from test_small_pwl import _reference
 
 import msm_gpu as mg
 from msm_gpu.finish import working_set
@@ -63,19 +63,6 @@ CASES = [
 ]
 
 
-def _lasso(c, d, penalty):
-    """scikit-learn's Lasso (its objective is ours over m) at a tight tolerance."""
-    m = c.shape[0]
-    model = Lasso(
-        alpha=penalty.lam / m,
-        fit_intercept=False,
-        positive=isinstance(penalty, mg.NonNegL1),
-        tol=1e-14,
-        max_iter=100_000,
-    )
-    return model.fit(c, d).coef_
-
-
 @pytest.mark.parametrize(("name", "c", "d", "penalty"), CASES, ids=[k[0] for k in CASES])
 def test_working_sets_give_the_general_roads_answer_and_no_worse_than_lasso(name, c, d, penalty):
     c0, d0 = c.copy(), d.copy()
@@ -86,7 +73,7 @@ def test_working_sets_give_the_general_roads_answer_and_no_worse_than_lasso(name
     general = mg.least_squares(c, d, penalty, **GENERAL)
     assert "working_set" not in general.info
     f, f_general = _f(c, d, res.x, penalty), _f(c, d, general.x, penalty)
-    f_ref = _f(c, d, _lasso(c, d, penalty), penalty)
+    f_ref = _f(c, d, _reference(c, d, penalty), penalty)
     scale = 1e-13 * float(d @ d)
     assert f <= f_ref + 1e-10 * abs(f_ref) + scale
     assert abs(f - f_general) <= 1e-12 * abs(f_general) + scale
@@ -178,7 +165,7 @@ def test_a_tall_c_whose_answer_looks_dense_is_solved_with_all_its_columns():
     assert np.count_nonzero(res.x) > 0.8 * 300 and res.x[7] == 0.0
     general = mg.least_squares(c, d, penalty, **GENERAL)
     assert res.fun == pytest.approx(general.fun, rel=1e-12)
-    f_ref = _f(c, d, _lasso(c, d, penalty), penalty)
+    f_ref = _f(c, d, _reference(c, d, penalty), penalty)
     assert res.fun <= f_ref + 1e-10 * abs(f_ref)
 
 
